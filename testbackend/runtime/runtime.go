@@ -1,0 +1,110 @@
+// Package runtime runs sandboxes as Docker containers under the gVisor
+// runtime. It knows nothing about accounts, records or HTTP: the sandbox
+// package decides what to run, this package only drives the engine.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors the sandbox package maps onto API codes.
+var (
+	// ErrEngineUnavailable means the Docker engine did not answer.
+	ErrEngineUnavailable = errors.New("container engine unavailable")
+	// ErrImageUnavailable means the image is not present and could not be pulled.
+	ErrImageUnavailable = errors.New("image unavailable")
+	// ErrNotFound means the container does not exist (any more).
+	ErrNotFound = errors.New("container not found")
+	// ErrNotRunning means the container exists but is not running.
+	ErrNotRunning = errors.New("container not running")
+)
+
+// Labels every owned container carries, so a backend finds its own after a
+// crash and never touches another backend's containers on a shared engine.
+const (
+	LabelManaged   = "io.rarecloud.managed"  // always "true"
+	LabelInstance  = "io.rarecloud.instance" // the owning backend instance id
+	LabelSandboxID = "io.rarecloud.sandbox"  // the sandbox id (sbx-…)
+	LabelPool      = "io.rarecloud.pool"     // set on warm-pool containers (template name)
+)
+
+// Spec says what to start. Zero values mean "not set".
+type Spec struct {
+	Name       string            // container name
+	Image      string            // image reference, already resolved
+	Entrypoint []string          // run mode: overrides the image's entrypoint
+	Cmd        []string          // run mode: overrides the image's command
+	RunMode    bool              // false: keepalive process instead of the image's program
+	Env        map[string]string // environment of the main process and of every exec
+	Labels     map[string]string // engine labels (owner labels are added by the runtime)
+
+	NanoCPUs    int64 // CPU limit in units of 1e-9 CPUs
+	MemoryBytes int64 // memory limit
+	HomeBytes   int64 // size of the /home/user tmpfs
+	TmpBytes    int64 // size of the /tmp tmpfs
+	MaxProcs    int64 // process limit for the sandbox user
+}
+
+// ExecRequest is one process run inside a running container as the
+// sandbox user (uid 10001) in /home/user.
+type ExecRequest struct {
+	Cmd       []string      // argv; the caller wraps shell commands in sh -c
+	Stdin     io.Reader     // optional
+	Timeout   time.Duration // killed after this; 0 means no limit
+	MaxOutput int           // per stream; output beyond it is drained and dropped
+}
+
+// ExecResult is what came back. ExitCode is nil when the process was killed
+// for running past its timeout.
+type ExecResult struct {
+	Stdout          []byte
+	Stderr          []byte
+	ExitCode        *int
+	TimedOut        bool
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
+}
+
+// Exit is how a run-mode container's program ended.
+type Exit struct {
+	Code int
+	Err  error // set when waiting failed (engine gone, container removed)
+}
+
+// Container describes one owned container found on the engine.
+type Container struct {
+	ID        string
+	Name      string
+	Labels    map[string]string
+	Running   bool
+	ExitCode  int
+	CreatedAt time.Time
+}
+
+// Runtime is the engine seen by the sandbox package.
+type Runtime interface {
+	// Ping reports ErrEngineUnavailable (wrapped, naming the address) when the engine does not answer.
+	Ping(ctx context.Context) error
+	// Address is the engine address, for error messages.
+	Address() string
+	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable otherwise.
+	EnsureImage(ctx context.Context, ref string) error
+	// Start creates and starts a locked-down container and returns its id.
+	Start(ctx context.Context, spec Spec) (string, error)
+	// Wait blocks until the container's main process exits.
+	Wait(ctx context.Context, id string) Exit
+	// Exec runs a process as the sandbox user.
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	// Logs returns the main process's stdout and stderr interleaved as they came, at most max bytes (the tail).
+	Logs(ctx context.Context, id string, max int) ([]byte, error)
+	// Remove stops and removes the container; ErrNotFound counts as done and returns nil.
+	Remove(ctx context.Context, id string) error
+	// List returns the containers owned by this runtime's instance.
+	List(ctx context.Context) ([]Container, error)
+	// Close releases the engine client.
+	Close() error
+}
