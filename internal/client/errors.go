@@ -1,0 +1,153 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+)
+
+// API error codes the provider and the tests act on. The API may answer
+// with others; they still decode into an *APIError.
+const (
+	CodeUnauthorized          = "UNAUTHORIZED"
+	CodeInsufficientScope     = "INSUFFICIENT_SCOPE"
+	CodeNotFound              = "NOT_FOUND"
+	CodeFileNotFound          = "FILE_NOT_FOUND"
+	CodeInvalidRequest        = "INVALID_REQUEST"
+	CodeInvalidJSON           = "INVALID_JSON"
+	CodeUnknownTemplate       = "UNKNOWN_TEMPLATE"
+	CodeInvalidTimeout        = "INVALID_TIMEOUT"
+	CodeInvalidLabels         = "INVALID_LABELS"
+	CodeInvalidEnv            = "INVALID_ENV"
+	CodePayloadTooLarge       = "PAYLOAD_TOO_LARGE"
+	CodeImagePullFailed       = "IMAGE_PULL_FAILED"
+	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
+	CodeSandboxNotReady       = "SANDBOX_NOT_READY"
+	CodeSandboxNotRunning     = "SANDBOX_NOT_RUNNING"
+	CodeLanguageNotAvailable  = "LANGUAGE_NOT_AVAILABLE"
+	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
+	CodeIdempotencyInProgress = "IDEMPOTENCY_IN_PROGRESS"
+	CodeRateLimited           = "RATE_LIMITED"
+)
+
+// Sentinel errors for errors.Is. An *APIError matches the sentinel of its
+// code (and ErrNotFound also matches FILE_NOT_FOUND and any 404).
+var (
+	ErrNotFound          = errors.New("not found")
+	ErrUnauthorized      = errors.New("unauthorized")
+	ErrInsufficientScope = errors.New("insufficient scope")
+	ErrNotReady          = errors.New("sandbox not ready")
+	ErrNotRunning        = errors.New("sandbox not running")
+	ErrUnavailable       = errors.New("service unavailable")
+)
+
+// APIError is an error answer of the API: the HTTP status and the code and
+// message of the error envelope.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+
+	// Method and Path name the request that failed.
+	Method string
+	Path   string
+	// RetryAfter is the Retry-After header of the answer, if any.
+	RetryAfter time.Duration
+	// Mocked is true when the API answered in test mode.
+	Mocked bool
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	code := e.Code
+	if code == "" {
+		code = http.StatusText(e.Status)
+	}
+	msg := e.Message
+	if msg == "" {
+		msg = "no message"
+	}
+	if e.Method != "" {
+		return fmt.Sprintf("%s %s: HTTP %d %s: %s", e.Method, e.Path, e.Status, code, msg)
+	}
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, code, msg)
+}
+
+// Is lets errors.Is match an *APIError against the package's sentinels.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound || e.Code == CodeNotFound || e.Code == CodeFileNotFound
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized || e.Code == CodeUnauthorized
+	case ErrInsufficientScope:
+		return e.Code == CodeInsufficientScope || (e.Status == http.StatusForbidden && e.Code == "")
+	case ErrNotReady:
+		return e.Code == CodeSandboxNotReady
+	case ErrNotRunning:
+		return e.Code == CodeSandboxNotRunning
+	case ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable || e.Code == CodeServiceUnavailable
+	}
+	return false
+}
+
+// AsAPIError returns the *APIError in err's chain, if any.
+func AsAPIError(err error) (*APIError, bool) {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return apiErr, true
+	}
+	return nil, false
+}
+
+// IsNotFound reports whether err is a 404 answer of the API.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsUnauthorized reports whether the API rejected the token.
+func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
+
+// IsInsufficientScope reports whether the token lacks a scope.
+func IsInsufficientScope(err error) bool { return errors.Is(err, ErrInsufficientScope) }
+
+// IsNotReady reports whether the sandbox was still starting.
+func IsNotReady(err error) bool { return errors.Is(err, ErrNotReady) }
+
+// IsNotRunning reports whether the sandbox has already ended.
+func IsNotRunning(err error) bool { return errors.Is(err, ErrNotRunning) }
+
+// IsUnavailable reports whether the API answered 503.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// HasCode reports whether err is an *APIError with the given code.
+func HasCode(err error, code string) bool {
+	apiErr, ok := AsAPIError(err)
+	return ok && apiErr.Code == code
+}
+
+var scopeRE = regexp.MustCompile(`services:[a-z]+`)
+
+// MissingScope names the scope a 403 INSUFFICIENT_SCOPE answer complains
+// about: the one the message names, or else the one the method needs.
+func MissingScope(err error) string {
+	apiErr, ok := AsAPIError(err)
+	if !ok {
+		return ""
+	}
+	if s := scopeRE.FindString(apiErr.Message); s != "" {
+		return s
+	}
+	return ScopeFor(apiErr.Method)
+}
+
+// ScopeFor is the scope the API requires for a request method.
+func ScopeFor(method string) string {
+	switch method {
+	case "", http.MethodGet, http.MethodHead:
+		return "services:read"
+	default:
+		return "services:write"
+	}
+}
