@@ -1,0 +1,69 @@
+package provider
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
+)
+
+// addAPIError reports a failed API call: a short, action-first summary
+// and a detail naming the sandbox and the API's code and message.
+func addAPIError(diags *diag.Diagnostics, summary, sandboxID string, err error) {
+	diags.AddError(summary, apiErrorDetail(sandboxID, err))
+}
+
+func apiErrorDetail(sandboxID string, err error) string {
+	var b strings.Builder
+	if sandboxID != "" {
+		fmt.Fprintf(&b, "Sandbox %s: ", sandboxID)
+	}
+	apiErr, ok := client.AsAPIError(err)
+	if !ok {
+		b.WriteString(err.Error())
+		return b.String()
+	}
+	switch {
+	case client.IsUnauthorized(err):
+		fmt.Fprintf(&b, "the RareCloud API rejected the API token (HTTP %d %s: %s). "+
+			"Check the provider's token argument or the %s / %s environment variable; the token may be mistyped, revoked or expired.",
+			apiErr.Status, apiErr.Code, apiErr.Message, EnvToken, EnvTokenAlt)
+	case client.IsInsufficientScope(err):
+		scope := client.MissingScope(err)
+		fmt.Fprintf(&b, "the API token lacks scope %s (HTTP %d %s: %s). "+
+			"Reading sandboxes needs services:read; creating and deleting them needs services:write. "+
+			"Scopes match exactly: services:write does not include services:read. Create a token with both scopes.",
+			scope, apiErr.Status, apiErr.Code, apiErr.Message)
+	default:
+		fmt.Fprintf(&b, "the RareCloud API answered HTTP %d %s: %s", apiErr.Status, apiErr.Code, apiErr.Message)
+		if hint := hintFor(apiErr.Code); hint != "" {
+			b.WriteString(". ")
+			b.WriteString(hint)
+		}
+	}
+	return b.String()
+}
+
+func hintFor(code string) string {
+	switch code {
+	case client.CodeUnknownTemplate:
+		return "The data source rarecloud_sandbox_templates lists the templates there are."
+	case client.CodeImagePullFailed:
+		return "Only public images are supported; check the image reference."
+	case client.CodeServiceUnavailable:
+		return "The sandbox service is not available right now; try again later."
+	}
+	return ""
+}
+
+// warnIfMocked adds a warning when the API answered in test mode.
+func warnIfMocked(diags *diag.Diagnostics, info *client.CallInfo) {
+	if info == nil || !info.Mocked.Load() {
+		return
+	}
+	diags.AddWarning("The RareCloud API answered in test mode",
+		"At least one answer carried \"mocked\": true: the API is running in test mode, where code is not really executed. "+
+			"Treat these results as test answers, never as real results. Production never answers in test mode.")
+}

@@ -1,0 +1,205 @@
+// Package provider implements the rarecloud Terraform provider: the
+// rarecloud_sandbox resource and the sandbox data sources.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
+)
+
+// Environment variables the provider reads when its arguments are not set.
+const (
+	EnvToken          = "RARECLOUD_TOKEN"
+	EnvTokenAlt       = "RARECLOUD_API_TOKEN"
+	EnvAPI            = "RARECLOUD_API"
+	EnvAPIAlt         = "RARECLOUD_API_ENDPOINT"
+	providerTypeName  = "rarecloud"
+	userAgentProvider = "terraform-provider-rarecloud"
+)
+
+var _ provider.Provider = (*rarecloudProvider)(nil)
+
+// rarecloudProvider is the provider implementation.
+type rarecloudProvider struct {
+	// version is "dev" for local builds, the release version otherwise,
+	// and "test" in acceptance tests.
+	version string
+}
+
+// rarecloudProviderModel is the provider block.
+type rarecloudProviderModel struct {
+	API           types.String `tfsdk:"api"`
+	Token         types.String `tfsdk:"token"`
+	DefaultLabels types.Map    `tfsdk:"default_labels"`
+}
+
+// providerData is handed to resources and data sources in Configure.
+type providerData struct {
+	client        *client.Client
+	defaultLabels map[string]string
+}
+
+// New returns a constructor of the provider at the given version.
+func New(version string) func() provider.Provider {
+	return func() provider.Provider {
+		return &rarecloudProvider{version: version}
+	}
+}
+
+// Metadata implements provider.Provider.
+func (p *rarecloudProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = providerTypeName
+	resp.Version = p.version
+}
+
+// labelKeyRE is the shape of a label key: what the API's label filter
+// (label=key=value) can express.
+var labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
+
+func labelValidators() []validator.Map {
+	return []validator.Map{
+		mapvalidator.SizeAtMost(64),
+		mapvalidator.KeysAre(stringvalidator.RegexMatches(labelKeyRE,
+			"must be 1 to 63 characters of letters, digits, '.', '_', '/' and '-', starting and ending with a letter or digit")),
+		mapvalidator.ValueStringsAre(stringvalidator.LengthAtMost(255)),
+	}
+}
+
+// Schema implements provider.Provider.
+func (p *rarecloudProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "The RareCloud provider manages RareCloud AI Sandboxes: small, isolated Linux environments " +
+			"for running untrusted code, created with one API call and thrown away when you are done.",
+		Attributes: map[string]schema.Attribute{
+			"api": schema.StringAttribute{
+				MarkdownDescription: "Base URL of the RareCloud API. Defaults to `" + client.DefaultBaseURL + "`; " +
+					"a URL without the `/v1` suffix is accepted. Can also be set with the `" + EnvAPI + "` or `" + EnvAPIAlt +
+					"` environment variable.",
+				Optional: true,
+			},
+			"token": schema.StringAttribute{
+				MarkdownDescription: "API token (`rc_pat_...`) with the `services:read` and `services:write` scopes. " +
+					"Can also be set with the `" + EnvToken + "` or `" + EnvTokenAlt + "` environment variable.",
+				Optional:  true,
+				Sensitive: true,
+			},
+			"default_labels": schema.MapAttribute{
+				MarkdownDescription: "Labels added to every sandbox this provider creates. A sandbox's own `labels` win " +
+					"over these for the same key. Changing them replaces the sandboxes whose labels change.",
+				ElementType: types.StringType,
+				Optional:    true,
+				Validators:  labelValidators(),
+			},
+		},
+	}
+}
+
+// Configure implements provider.Provider.
+func (p *rarecloudProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var cfg rarecloudProviderModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	if cfg.API.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("api"), "Unknown RareCloud API URL",
+			"The provider cannot be configured with an API URL that is only known after apply. "+
+				"Set api to a literal or a variable, or use the "+EnvAPI+" environment variable.")
+	}
+	if cfg.Token.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("token"), "Unknown RareCloud API token",
+			"The provider cannot be configured with a token that is only known after apply. "+
+				"Set token to a variable, or use the "+EnvToken+" environment variable.")
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	api := firstSet(cfg.API.ValueString(), os.Getenv(EnvAPI), os.Getenv(EnvAPIAlt))
+	token := firstSet(cfg.Token.ValueString(), os.Getenv(EnvToken), os.Getenv(EnvTokenAlt))
+
+	if token == "" {
+		resp.Diagnostics.AddAttributeError(path.Root("token"), "Missing RareCloud API token",
+			"The provider needs an API token to call the RareCloud API. Set it in one of these ways:\n"+
+				"  - the token argument of the provider \"rarecloud\" block,\n"+
+				"  - the "+EnvToken+" environment variable,\n"+
+				"  - the "+EnvTokenAlt+" environment variable.\n"+
+				"Create the token in the RareCloud console under Account, then API tokens, with the services:read and services:write scopes.")
+	}
+	base, err := client.NormalizeBaseURL(api)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("api"), "Invalid RareCloud API URL",
+			err.Error()+". Set api (or "+EnvAPI+") to a URL such as "+client.DefaultBaseURL+".")
+	}
+
+	defaults := map[string]string{}
+	if !cfg.DefaultLabels.IsNull() && !cfg.DefaultLabels.IsUnknown() {
+		resp.Diagnostics.Append(cfg.DefaultLabels.ElementsAs(ctx, &defaults, false)...)
+	} else if cfg.DefaultLabels.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("default_labels"), "Unknown default labels",
+			"The provider cannot be configured with default_labels that are only known after apply.")
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	tfVersion := req.TerraformVersion
+	if tfVersion == "" {
+		tfVersion = "unknown"
+	}
+	c, err := client.New(client.Config{
+		BaseURL:   base,
+		Token:     token,
+		UserAgent: fmt.Sprintf("%s/%s terraform/%s", userAgentProvider, p.version, tfVersion),
+	})
+	if err != nil {
+		resp.Diagnostics.AddError("Error configuring the RareCloud client", err.Error())
+		return
+	}
+	tflog.Debug(ctx, "configured the RareCloud API client", map[string]any{"api": c.BaseURL(), "user_agent": c.UserAgent()})
+
+	data := &providerData{client: c, defaultLabels: defaults}
+	resp.ResourceData = data
+	resp.DataSourceData = data
+}
+
+// Resources implements provider.Provider.
+func (p *rarecloudProvider) Resources(_ context.Context) []func() resource.Resource {
+	return []func() resource.Resource{
+		NewSandboxResource,
+	}
+}
+
+// DataSources implements provider.Provider.
+func (p *rarecloudProvider) DataSources(_ context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{
+		NewSandboxTemplatesDataSource,
+		NewSandboxTemplateDataSource,
+		NewSandboxLogsDataSource,
+	}
+}
+
+func firstSet(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

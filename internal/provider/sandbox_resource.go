@@ -1,0 +1,736 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
+)
+
+// Defaults and limits of rarecloud_sandbox.
+const (
+	defaultTemplate      = "base"
+	defaultTimeoutMs     = 300000
+	minTimeoutMs         = 1000
+	maxTimeoutMs         = 86400000
+	defaultCreateTimeout = 10 * time.Minute
+	defaultDeleteTimeout = 5 * time.Minute
+)
+
+var (
+	_ resource.Resource                   = (*sandboxResource)(nil)
+	_ resource.ResourceWithConfigure      = (*sandboxResource)(nil)
+	_ resource.ResourceWithImportState    = (*sandboxResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*sandboxResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*sandboxResource)(nil)
+)
+
+// NewSandboxResource returns the rarecloud_sandbox resource.
+func NewSandboxResource() resource.Resource {
+	return &sandboxResource{}
+}
+
+type sandboxResource struct {
+	data *providerData
+}
+
+// sandboxResourceModel is the resource's Terraform data. It has no json
+// tags: sandboxModelFromAPI maps the API's object onto it.
+type sandboxResourceModel struct {
+	ID              types.String   `tfsdk:"id"`
+	Template        types.String   `tfsdk:"template"`
+	Image           types.String   `tfsdk:"image"`
+	TimeoutMs       types.Int64    `tfsdk:"timeout_ms"`
+	Run             types.Bool     `tfsdk:"run"`
+	Entrypoint      types.List     `tfsdk:"entrypoint"`
+	Command         types.List     `tfsdk:"command"`
+	Env             types.Map      `tfsdk:"env"`
+	Labels          types.Map      `tfsdk:"labels"`
+	EffectiveLabels types.Map      `tfsdk:"effective_labels"`
+	WaitForExit     types.Bool     `tfsdk:"wait_for_exit"`
+	Status          types.String   `tfsdk:"status"`
+	CreatedAt       types.String   `tfsdk:"created_at"`
+	ExpiresAt       types.String   `tfsdk:"expires_at"`
+	ExitCode        types.Int64    `tfsdk:"exit_code"`
+	Timeouts        timeouts.Value `tfsdk:"timeouts"`
+}
+
+// Metadata implements resource.Resource.
+func (r *sandboxResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_sandbox"
+}
+
+var (
+	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+	imageRefRE     = regexp.MustCompile(`^[^\s]+$`)
+	envKeyRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Schema implements resource.Resource.
+func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	argvValidators := []validator.List{
+		listvalidator.SizeBetween(1, 256),
+		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(32768)),
+	}
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A RareCloud AI sandbox: an isolated Linux environment in its own hardened container. " +
+			"The API has no update call, so changing any argument the API holds replaces the sandbox; " +
+			"only `wait_for_exit` and `timeouts` change in place.\n\n" +
+			"A sandbox that no longer exists (deleted, expired at `expires_at`, or terminated) drops out of state " +
+			"and is created again on the next apply.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				MarkdownDescription: "Sandbox id (`sbx-...`).",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"template": schema.StringAttribute{
+				MarkdownDescription: "Template: what is installed and how big the sandbox is (`base`, `python`, `node`; " +
+					"see the `rarecloud_sandbox_templates` data source). Defaults to `" + defaultTemplate + "`. Changing it replaces the sandbox.",
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(defaultTemplate),
+				Validators: []validator.String{
+					stringvalidator.LengthBetween(1, 63),
+					stringvalidator.RegexMatches(templateNameRE, "must be a template name such as python"),
+				},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"image": schema.StringAttribute{
+				MarkdownDescription: "Public container image to start from instead of the template's own image, for example " +
+					"`nginx:1.27`. The template still sets the size. Private images are not supported. Changing it replaces the sandbox.",
+				Optional: true,
+				Validators: []validator.String{
+					stringvalidator.LengthBetween(1, 512),
+					stringvalidator.RegexMatches(imageRefRE, "must be an image reference without whitespace"),
+				},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"timeout_ms": schema.Int64Attribute{
+				MarkdownDescription: fmt.Sprintf("Lifetime in milliseconds, from %d (1 s) to %d (24 h). At `expires_at` the "+
+					"sandbox is stopped and deleted. Defaults to %d (5 minutes). Changing it replaces the sandbox.",
+					minTimeoutMs, maxTimeoutMs, defaultTimeoutMs),
+				Optional:      true,
+				Computed:      true,
+				Default:       int64default.StaticInt64(defaultTimeoutMs),
+				Validators:    []validator.Int64{int64validator.Between(minTimeoutMs, maxTimeoutMs)},
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
+			},
+			"run": schema.BoolAttribute{
+				MarkdownDescription: "Run mode: start the image's own program instead of waiting for commands. The sandbox " +
+					"ends when the program exits (`status` becomes `exited`, with `exit_code`). Setting `entrypoint` or " +
+					"`command` selects run mode too; when `run` is not set it is computed from them. Changing it replaces the sandbox.",
+				Optional: true,
+				Computed: true,
+				PlanModifiers: []planmodifier.Bool{
+					runModePlanModifier{},
+					boolplanmodifier.RequiresReplace(),
+				},
+			},
+			"entrypoint": schema.ListAttribute{
+				MarkdownDescription: "Run mode: overrides the image's entrypoint (exec form). Changing it replaces the sandbox.",
+				ElementType:         types.StringType,
+				Optional:            true,
+				Validators:          argvValidators,
+				PlanModifiers:       []planmodifier.List{listplanmodifier.RequiresReplace()},
+			},
+			"command": schema.ListAttribute{
+				MarkdownDescription: "Run mode: overrides the image's command (exec form), for example " +
+					"`[\"sh\", \"-c\", \"pytest -q\"]`. Changing it replaces the sandbox.",
+				ElementType:   types.StringType,
+				Optional:      true,
+				Validators:    argvValidators,
+				PlanModifiers: []planmodifier.List{listplanmodifier.RequiresReplace()},
+			},
+			"env": schema.MapAttribute{
+				MarkdownDescription: "Environment variables of the sandbox's processes. The API never returns the values " +
+					"(they are not read back, and an imported sandbox has no `env`). Changing it replaces the sandbox.",
+				ElementType: types.StringType,
+				Optional:    true,
+				Sensitive:   true,
+				Validators: []validator.Map{
+					mapvalidator.SizeAtMost(128),
+					mapvalidator.KeysAre(
+						stringvalidator.LengthBetween(1, 255),
+						stringvalidator.RegexMatches(envKeyRE, "must be an environment variable name: letters, digits and '_', not starting with a digit"),
+					),
+				},
+				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+			},
+			"labels": schema.MapAttribute{
+				MarkdownDescription: "Labels of the sandbox, for finding it again (`GET /v1/sandboxes?label=key=value`). " +
+					"The provider's `default_labels` are added; these win for the same key. Changing them replaces the sandbox.",
+				ElementType:   types.StringType,
+				Optional:      true,
+				Validators:    labelValidators(),
+				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+			},
+			"effective_labels": schema.MapAttribute{
+				MarkdownDescription: "All labels of the sandbox: the provider's `default_labels` merged with `labels`.",
+				ElementType:         types.StringType,
+				Computed:            true,
+			},
+			"wait_for_exit": schema.BoolAttribute{
+				MarkdownDescription: "Run mode only: make create wait until the program has exited, so `exit_code` is known " +
+					"when the apply finishes (within the create timeout). Defaults to `false`. Changes in place.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+			},
+			"status": schema.StringAttribute{
+				MarkdownDescription: "Status: `pending`, `running`, `exited` (run mode, the program has ended) or `terminated`.",
+				Computed:            true,
+			},
+			"created_at": schema.StringAttribute{
+				MarkdownDescription: "When the sandbox was created (RFC 3339).",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"expires_at": schema.StringAttribute{
+				MarkdownDescription: "When the sandbox stops and is deleted (RFC 3339): `created_at` plus `timeout_ms`.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"exit_code": schema.Int64Attribute{
+				MarkdownDescription: "Run mode: the program's exit code, once it has exited; null before.",
+				Computed:            true,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Delete: true}),
+		},
+	}
+}
+
+// Configure implements resource.ResourceWithConfigure.
+func (r *sandboxResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data",
+			fmt.Sprintf("Expected *providerData, got %T. Please report this issue to the provider developers.", req.ProviderData))
+		return
+	}
+	r.data = data
+}
+
+// runModeConfigured says whether the configuration selects run mode, and
+// whether that is known yet.
+func runModeConfigured(run types.Bool, entrypoint, command types.List) (mode bool, known bool) {
+	if run.IsUnknown() || entrypoint.IsUnknown() || command.IsUnknown() {
+		return false, false
+	}
+	if run.ValueBool() {
+		return true, true
+	}
+	return !entrypoint.IsNull() || !command.IsNull(), true
+}
+
+// ValidateConfig implements resource.ResourceWithValidateConfig.
+func (r *sandboxResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var cfg sandboxResourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !cfg.Run.IsNull() && !cfg.Run.IsUnknown() && !cfg.Run.ValueBool() &&
+		(!cfg.Entrypoint.IsNull() || !cfg.Command.IsNull()) {
+		resp.Diagnostics.AddAttributeError(path.Root("run"), "Conflicting run mode",
+			"run = false conflicts with entrypoint or command: setting either starts the sandbox in run mode. "+
+				"Remove run, or set it to true.")
+	}
+	if cfg.WaitForExit.ValueBool() {
+		mode, known := runModeConfigured(cfg.Run, cfg.Entrypoint, cfg.Command)
+		if known && !mode {
+			resp.Diagnostics.AddAttributeError(path.Root("wait_for_exit"), "wait_for_exit needs run mode",
+				"wait_for_exit = true only applies to a sandbox in run mode, whose program ends by itself. "+
+					"Set run = true, entrypoint or command, or remove wait_for_exit.")
+		}
+	}
+}
+
+// runModePlanModifier plans run from the configuration when it is not set:
+// true when entrypoint or command is set.
+type runModePlanModifier struct{}
+
+func (runModePlanModifier) Description(context.Context) string {
+	return "When run is not configured, it is true if entrypoint or command is set."
+}
+
+func (m runModePlanModifier) MarkdownDescription(ctx context.Context) string {
+	return m.Description(ctx)
+}
+
+func (runModePlanModifier) PlanModifyBool(ctx context.Context, req planmodifier.BoolRequest, resp *planmodifier.BoolResponse) {
+	if req.Plan.Raw.IsNull() || !req.ConfigValue.IsNull() {
+		return
+	}
+	var entrypoint, command types.List
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("entrypoint"), &entrypoint)...)
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("command"), &command)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	mode, known := runModeConfigured(types.BoolNull(), entrypoint, command)
+	if !known {
+		resp.PlanValue = types.BoolUnknown()
+		return
+	}
+	resp.PlanValue = types.BoolValue(mode)
+}
+
+// ModifyPlan implements resource.ResourceWithModifyPlan: it plans
+// effective_labels (default_labels merged with labels) and replaces the
+// sandbox when they change.
+func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy
+	}
+	var labels types.Map
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("labels"), &labels)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	var effective types.Map
+	if labels.IsUnknown() {
+		effective = types.MapUnknown(types.StringType)
+	} else {
+		own := map[string]string{}
+		if !labels.IsNull() {
+			resp.Diagnostics.Append(labels.ElementsAs(ctx, &own, false)...)
+		}
+		var defaults map[string]string
+		if r.data != nil {
+			defaults = r.data.defaultLabels
+		}
+		m, diags := types.MapValueFrom(ctx, types.StringType, mergeLabels(defaults, own))
+		resp.Diagnostics.Append(diags...)
+		effective = m
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("effective_labels"), effective)...)
+
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var prior types.Map
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("effective_labels"), &prior)...)
+	if !effective.IsUnknown() && !prior.IsNull() && !effective.Equal(prior) {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("effective_labels"))
+	}
+}
+
+func mergeLabels(defaults, own map[string]string) map[string]string {
+	out := make(map[string]string, len(defaults)+len(own))
+	maps.Copy(out, defaults)
+	maps.Copy(out, own)
+	return out
+}
+
+// createRequest builds the API request from the plan.
+func (r *sandboxResource) createRequest(ctx context.Context, plan sandboxResourceModel) (client.CreateSandboxRequest, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	req := client.CreateSandboxRequest{
+		Template:  plan.Template.ValueString(),
+		Image:     plan.Image.ValueString(),
+		TimeoutMs: plan.TimeoutMs.ValueInt64(),
+		Run:       plan.Run.ValueBool(),
+	}
+	if !plan.Entrypoint.IsNull() {
+		diags.Append(plan.Entrypoint.ElementsAs(ctx, &req.Entrypoint, false)...)
+	}
+	if !plan.Command.IsNull() {
+		diags.Append(plan.Command.ElementsAs(ctx, &req.Cmd, false)...)
+	}
+	if !plan.Env.IsNull() {
+		diags.Append(plan.Env.ElementsAs(ctx, &req.Env, false)...)
+	}
+	if !plan.EffectiveLabels.IsNull() && !plan.EffectiveLabels.IsUnknown() {
+		diags.Append(plan.EffectiveLabels.ElementsAs(ctx, &req.Labels, false)...)
+	}
+	return req, diags
+}
+
+// errTerminated is returned by the wait when the sandbox ended abnormally.
+type errTerminated struct{ reason string }
+
+func (e errTerminated) Error() string {
+	if e.reason == "" {
+		return "the sandbox terminated (no reason given)"
+	}
+	return "the sandbox terminated: " + e.reason
+}
+
+// readyFunc says when a new sandbox is ready for Terraform: running, or in
+// run mode exited (and, with wait_for_exit, only exited).
+func readyFunc(waitForExit bool) func(*client.Sandbox) (bool, error) {
+	return func(s *client.Sandbox) (bool, error) {
+		switch s.Status {
+		case client.StatusTerminated:
+			return false, errTerminated{reason: s.TerminationReason}
+		case client.StatusExited:
+			if !s.RunMode {
+				return false, errTerminated{reason: "exited although not in run mode"}
+			}
+			return true, nil
+		case client.StatusRunning:
+			return !(s.RunMode && waitForExit), nil
+		default:
+			return false, nil
+		}
+	}
+}
+
+// Create implements resource.Resource.
+func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var plan sandboxResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	createTimeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(diags...)
+	body, diags := r.createRequest(ctx, plan)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	ctx, info := client.WithCallInfo(ctx)
+	defer warnIfMocked(&resp.Diagnostics, info)
+	c := r.data.client
+
+	created, err := c.CreateSandbox(ctx, body)
+	if err != nil {
+		addAPIError(&resp.Diagnostics, "Error creating sandbox", "", err)
+		return
+	}
+	tflog.Info(ctx, "created sandbox", map[string]any{"id": created.ID, "status": created.Status, "replayed": info.Replayed.Load()})
+
+	waitForExit := plan.WaitForExit.ValueBool()
+	sbx, err := c.WaitSandbox(ctx, created.ID, readyFunc(waitForExit))
+	if sbx == nil {
+		sbx = created
+	}
+	if err != nil {
+		var term errTerminated
+		if errors.As(err, &term) {
+			detail := fmt.Sprintf("Sandbox %s %s.", sbx.ID, err.Error())
+			delCtx, delCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer delCancel()
+			if derr := c.DeleteSandbox(delCtx, sbx.ID); derr != nil && !client.IsNotFound(derr) {
+				detail += " Deleting it failed too: " + apiErrorDetail(sbx.ID, derr)
+			} else {
+				detail += " It has been deleted."
+			}
+			resp.Diagnostics.AddError("Error creating sandbox", detail)
+			return
+		}
+		// Keep what was made in state: Terraform marks it tainted, so the
+		// next apply replaces it instead of leaking it.
+		sandboxModelFromAPI(ctx, &plan, sbx, nil, &resp.Diagnostics)
+		resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+		target := "running"
+		if waitForExit {
+			target = "exited"
+		}
+		resp.Diagnostics.AddError("Error waiting for sandbox",
+			fmt.Sprintf("Sandbox %s did not become %s within the create timeout (%s): %s", sbx.ID, target, createTimeout, errDetail(err)))
+		return
+	}
+
+	sandboxModelFromAPI(ctx, &plan, sbx, nil, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	tflog.Info(ctx, "sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status})
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func errDetail(err error) string {
+	if _, ok := client.AsAPIError(err); ok {
+		return apiErrorDetail("", err)
+	}
+	return err.Error()
+}
+
+// Read implements resource.Resource.
+func (r *sandboxResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var state sandboxResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, info := client.WithCallInfo(ctx)
+	defer warnIfMocked(&resp.Diagnostics, info)
+	c := r.data.client
+	id := state.ID.ValueString()
+
+	sbx, err := c.GetSandbox(ctx, id)
+	if client.IsNotFound(err) {
+		tflog.Warn(ctx, "sandbox no longer exists (deleted or expired); removing it from state", map[string]any{"id": id})
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addAPIError(&resp.Diagnostics, "Error reading sandbox", id, err)
+		return
+	}
+	if sbx.Status == client.StatusTerminated {
+		tflog.Warn(ctx, "sandbox terminated; removing it from state", map[string]any{"id": id, "reason": sbx.TerminationReason})
+		resp.State.RemoveResource(ctx)
+		return
+	}
+
+	var imported *importInfo
+	if state.Template.IsNull() {
+		// Imported: only the id is known. Fill the arguments from the API.
+		imported = &importInfo{}
+		if r.data != nil {
+			imported.defaultLabels = r.data.defaultLabels
+		}
+		if sbx.Image != "" {
+			tpls, err := c.ListTemplates(ctx)
+			if err != nil {
+				addAPIError(&resp.Diagnostics, "Error reading sandbox templates", id, err)
+				return
+			}
+			for _, t := range tpls {
+				if t.Name == sbx.Template {
+					imported.templateImage = t.Image
+				}
+			}
+		}
+	}
+	sandboxModelFromAPI(ctx, &state, sbx, imported, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Update implements resource.Resource. Only wait_for_exit and timeouts
+// can change without replacing the sandbox; everything else is kept.
+func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var plan, state sandboxResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	state.WaitForExit = plan.WaitForExit
+	state.Timeouts = plan.Timeouts
+
+	createTimeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	ctx, info := client.WithCallInfo(ctx)
+	defer warnIfMocked(&resp.Diagnostics, info)
+	c := r.data.client
+	id := state.ID.ValueString()
+
+	sbx, err := c.WaitSandbox(ctx, id, readyFunc(plan.WaitForExit.ValueBool()))
+	if err != nil {
+		if sbx != nil {
+			var term errTerminated
+			if !errors.As(err, &term) {
+				sandboxModelFromAPI(ctx, &state, sbx, nil, &resp.Diagnostics)
+				resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+			}
+		}
+		addAPIError(&resp.Diagnostics, "Error updating sandbox", id, err)
+		return
+	}
+	sandboxModelFromAPI(ctx, &state, sbx, nil, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Delete implements resource.Resource. A sandbox that is already gone
+// counts as deleted; otherwise Delete waits until the API answers 404.
+func (r *sandboxResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var state sandboxResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	deleteTimeout, diags := state.Timeouts.Delete(ctx, defaultDeleteTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, deleteTimeout)
+	defer cancel()
+	ctx, info := client.WithCallInfo(ctx)
+	defer warnIfMocked(&resp.Diagnostics, info)
+	c := r.data.client
+	id := state.ID.ValueString()
+
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		if client.IsNotFound(err) {
+			tflog.Info(ctx, "sandbox already gone", map[string]any{"id": id})
+			return
+		}
+		addAPIError(&resp.Diagnostics, "Error deleting sandbox", id, err)
+		return
+	}
+	if err := c.WaitDeleted(ctx, id); err != nil {
+		addAPIError(&resp.Diagnostics, "Error waiting for sandbox deletion", id, err)
+		return
+	}
+	tflog.Info(ctx, "deleted sandbox", map[string]any{"id": id})
+}
+
+var sandboxIDRE = regexp.MustCompile(`^sbx-[A-Za-z0-9_-]+$`)
+
+// ImportState implements resource.ResourceWithImportState: import by id.
+func (r *sandboxResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	if !sandboxIDRE.MatchString(req.ID) {
+		resp.Diagnostics.AddError("Invalid import id",
+			fmt.Sprintf("Expected a sandbox id such as sbx-0123abcd, got %q.", req.ID))
+		return
+	}
+	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
+}
+
+func (r *sandboxResource) configured(diags *diag.Diagnostics) bool {
+	if r.data == nil || r.data.client == nil {
+		diags.AddError("Provider not configured",
+			"The rarecloud provider was not configured before the resource was used. Please report this issue to the provider developers.")
+		return false
+	}
+	return true
+}
+
+// importInfo is what Read needs to fill the arguments of an imported sandbox.
+type importInfo struct {
+	templateImage string
+	defaultLabels map[string]string
+}
+
+// sandboxModelFromAPI maps the API's sandbox onto the model, shared by
+// Create, Read, Update and import. The arguments the user wrote are kept
+// (the API cannot change them); for an import (imported != nil) they are
+// taken from the API.
+func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client.Sandbox, imported *importInfo, diags *diag.Diagnostics) {
+	m.ID = types.StringValue(s.ID)
+	m.Status = types.StringValue(s.Status)
+	m.CreatedAt = stringOrNull(s.CreatedAt)
+	m.ExpiresAt = stringOrNull(s.ExpiresAt)
+	if s.ExitCode != nil {
+		m.ExitCode = types.Int64Value(*s.ExitCode)
+	} else {
+		m.ExitCode = types.Int64Null()
+	}
+	labels := s.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	eff, d := types.MapValueFrom(ctx, types.StringType, labels)
+	diags.Append(d...)
+	m.EffectiveLabels = eff
+
+	if imported == nil {
+		return
+	}
+	m.Template = types.StringValue(s.Template)
+	m.TimeoutMs = types.Int64Value(s.TimeoutMs)
+	m.Run = types.BoolValue(s.RunMode)
+	if s.Image != "" && s.Image != imported.templateImage {
+		m.Image = types.StringValue(s.Image)
+	} else {
+		m.Image = types.StringNull()
+	}
+	m.Entrypoint = listOrNull(ctx, s.Entrypoint, diags)
+	m.Command = listOrNull(ctx, s.Cmd, diags)
+	own := map[string]string{}
+	for k, v := range labels {
+		if dv, ok := imported.defaultLabels[k]; ok && dv == v {
+			continue
+		}
+		own[k] = v
+	}
+	if len(own) == 0 {
+		m.Labels = types.MapNull(types.StringType)
+	} else {
+		lm, d := types.MapValueFrom(ctx, types.StringType, own)
+		diags.Append(d...)
+		m.Labels = lm
+	}
+	m.Env = types.MapNull(types.StringType)
+	if len(s.EnvKeys) > 0 {
+		tflog.Info(ctx, "imported sandbox has environment variables whose values the API does not return", map[string]any{
+			"id": s.ID, "env_keys": strings.Join(s.EnvKeys, ","),
+		})
+	}
+	m.WaitForExit = types.BoolValue(false)
+}
+
+func stringOrNull(s string) types.String {
+	if s == "" {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
+}
+
+func listOrNull(ctx context.Context, v []string, diags *diag.Diagnostics) types.List {
+	if len(v) == 0 {
+		return types.ListNull(types.StringType)
+	}
+	l, d := types.ListValueFrom(ctx, types.StringType, v)
+	diags.Append(d...)
+	return l
+}
+
