@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Builds one sandbox template image locally (no registry): mmdebstrap a slim
+# Debian rootfs from the recipe, then `docker import` it into our engine as
+# rarecloud/sandbox-<template>:latest, labelled with the recipe hash.
+#
+#   testbackend/images/build.sh [--force] base|python|node
+#
+# Prints one line on stdout: "<template> built <secs>s <size>" or
+# "<template> up to date". Progress goes to stderr. The apt sources come from
+# the host's own apt configuration (Debian stanzas for the image's suite only);
+# no mirror is named here.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../../scripts/lib.sh
+. "$here/../../scripts/lib.sh"
+
+SUITE=bookworm
+force=0
+if [[ ${1:-} == --force ]]; then
+	force=1
+	shift
+fi
+template=${1:?usage: build.sh [--force] base|python|node}
+RC_PROG="build $template"
+recipe=$here/$template.recipe
+[[ -f $recipe ]] || die "no recipe $recipe"
+image=rarecloud/sandbox-$template:latest
+
+# The hash covers everything that decides the image content.
+hash=$(
+	cd "$here"
+	for f in build.sh customize.sh "$template.recipe"; do
+		printf '== %s\n' "$f"
+		cat "$f"
+	done
+	printf '== suite %s\n' "$SUITE"
+) 
+hash=$(sha256sum <<<"$hash" | cut -c1-16)
+
+current=$(rc_docker image inspect -f '{{index .Config.Labels "io.rarecloud.recipe-hash"}}' "$image" 2>/dev/null || true)
+if [[ $force == 0 && $current == "$hash" ]]; then
+	echo "$template up to date"
+	exit 0
+fi
+old_id=$(rc_docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+
+PACKAGES="" IMAGE_ENV=() IMAGE_CMD='' SMOKE='true'
+# shellcheck source=/dev/null
+. "$recipe"
+
+mkdir -p "$RC_DATA/build"
+work=$(mktemp -d "$RC_DATA/build/$template.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# debian_sources writes the host's enabled Debian apt sources for $SUITE,
+# $SUITE-updates and $SUITE-security, as deb822 and one-line files.
+debian_sources() {
+	local files=() f
+	[[ -n ${RC_APT_SOURCES:-} ]] && files=("$RC_APT_SOURCES")
+	if [[ ${#files[@]} == 0 ]]; then
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+			[[ -f $f ]] && files+=("$f")
+		done
+	fi
+	: >"$work/host.sources"
+	: >"$work/host.list"
+	for f in "${files[@]}"; do
+		case $f in
+		*.sources)
+			awk -v suite="$SUITE" '
+				function flush(   i, n, s, out, keep) {
+					if (nlines == 0) return
+					keep = (types ~ /(^|[ \t])deb([ \t]|$)/) && tolower(enabled) != "no"
+					n = split(suites, s, /[ \t]+/); out = ""
+					for (i = 1; i <= n; i++)
+						if (s[i] ~ ("^" suite "(-updates|-security)?$")) out = out " " s[i]
+					if (keep && out != "") {
+						for (i = 1; i <= nlines; i++) {
+							if (lines[i] ~ /^Suites:/) print "Suites:" out
+							else if (lines[i] ~ /^Types:/) print "Types: deb"
+							else print lines[i]
+						}
+						print ""
+					}
+					nlines = 0; types = ""; suites = ""; enabled = ""
+				}
+				/^#/ { next }
+				/^[ \t]*$/ { flush(); next }
+				{
+					lines[++nlines] = $0
+					if ($0 ~ /^Types:/) { types = $0; sub(/^Types:[ \t]*/, "", types) }
+					if ($0 ~ /^Suites:/) { suites = $0; sub(/^Suites:[ \t]*/, "", suites) }
+					if ($0 ~ /^Enabled:/) { enabled = $0; sub(/^Enabled:[ \t]*/, "", enabled) }
+				}
+				END { flush() }
+			' "$f" >>"$work/host.sources"
+			;;
+		*)
+			# one-line: deb [opts] uri suite components...
+			awk -v suite="$SUITE" '
+				/^[ \t]*deb[ \t]/ {
+					line = $0; sub(/^[ \t]*deb[ \t]+/, "", line)
+					opts = ""
+					if (line ~ /^\[/) { opts = substr(line, 1, index(line, "]")); line = substr(line, index(line, "]") + 1); sub(/^[ \t]+/, "", line) }
+					split(line, w, /[ \t]+/)
+					if (w[2] ~ ("^" suite "(-updates|-security)?$")) print "deb " opts " " line
+				}
+			' "$f" >>"$work/host.list"
+			;;
+		esac
+	done
+	MIRRORS=()
+	[[ -s $work/host.sources ]] && MIRRORS+=("$work/host.sources")
+	[[ -s $work/host.list ]] && MIRRORS+=("$work/host.list")
+	[[ ${#MIRRORS[@]} -gt 0 ]] ||
+		die "no enabled Debian '$SUITE' apt source found in the host's apt configuration (${files[*]}); set RC_APT_SOURCES to a sources file"
+}
+debian_sources
+
+mkdir -p "$RC_LOGDIR"
+buildlog=$RC_LOGDIR/build-$template.log
+start=$(now_ms)
+log "building $image (recipe $hash) with mmdebstrap"
+mmdebstrap \
+	--variant=essential \
+	--mode=root \
+	--format=tar \
+	--include="$PACKAGES" \
+	--aptopt='APT::Install-Recommends "false"' \
+	--aptopt='APT::Install-Suggests "false"' \
+	--aptopt='Acquire::Languages "none"' \
+	--dpkgopt='path-exclude=/usr/share/man/*' \
+	--dpkgopt='path-exclude=/usr/share/info/*' \
+	--dpkgopt='path-exclude=/usr/share/doc/*' \
+	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' \
+	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--dpkgopt='path-exclude=/usr/share/linda/*' \
+	--dpkgopt='path-exclude=/usr/share/doc-base/*' \
+	--customize-hook="'$here/customize.sh' \"\$1\"" \
+	--logfile="$buildlog" \
+	"$SUITE" "$work/rootfs.tar" "${MIRRORS[@]}" </dev/null >&2 ||
+	die "mmdebstrap failed for $template (log $buildlog):
+$(tail -n 30 "$buildlog" 2>/dev/null)"
+debootstrapped=$(now_ms)
+
+changes=(
+	-c 'ENV PATH=/home/user/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+	-c 'ENV HOME=/home/user'
+	-c 'ENV LANG=C.UTF-8'
+	-c 'WORKDIR /home/user'
+	-c 'USER 10001:10001'
+	-c "CMD $IMAGE_CMD"
+	-c "LABEL io.rarecloud.template=$template io.rarecloud.recipe-hash=$hash"
+)
+for e in "${IMAGE_ENV[@]}"; do
+	changes+=(-c "ENV $e")
+done
+rc_docker import "${changes[@]}" -m "rarecloud $template template, recipe $hash" \
+	"$work/rootfs.tar" "$image" >/dev/null || die "docker import failed for $template"
+imported=$(now_ms)
+
+# Smoke test the image the way sandboxes run it.
+if ! out=$(rc_docker run --rm --runtime=runsc --network=none --read-only --user 10001:10001 \
+	--tmpfs /home/user:size=64m,uid=10001,gid=10001,mode=0755 --tmpfs /tmp:size=64m,mode=1777 \
+	--cap-drop ALL --security-opt no-new-privileges "$image" \
+	sh -c 'set -e; test "$(id -u):$(id -g)" = 10001:10001; test "$HOME" = /home/user; test "$(pwd)" = /home/user
+		for t in timeout sh cat mkdir tar; do command -v $t >/dev/null; done
+		timeout 5 true; echo ok > /home/user/probe; cat /home/user/probe >/dev/null
+		if touch /etc/probe 2>/dev/null; then echo "root fs writable"; exit 1; fi
+		'"$SMOKE" </dev/null 2>&1); then
+	rc_docker rmi "$image" >/dev/null 2>&1 || true
+	die "smoke test of $image failed: $out"
+fi
+done_ms=$(now_ms)
+
+if [[ -n $old_id ]]; then
+	new_id=$(rc_docker image inspect -f '{{.Id}}' "$image")
+	[[ $old_id != "$new_id" ]] && rc_docker rmi "$old_id" >/dev/null 2>&1 || true
+fi
+size=$(rc_docker image inspect -f '{{.Size}}' "$image")
+secs=$(((done_ms - start + 500) / 1000))
+log "built $image in ${secs}s (mmdebstrap $(((debootstrapped - start) / 1000))s, import $(((imported - debootstrapped) / 1000))s, smoke $(((done_ms - imported) / 1000))s), $((size / 1000000)) MB"
+echo "$template built ${secs}s $((size / 1000000))MB"
