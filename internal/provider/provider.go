@@ -69,13 +69,13 @@ func (p *rarecloudProvider) Metadata(_ context.Context, _ provider.MetadataReque
 
 // labelKeyRE is the shape of a label key: what the API's label filter
 // (label=key=value) can express.
-var labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
+var labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]{0,62}$`)
 
 func labelValidators() []validator.Map {
 	return []validator.Map{
 		mapvalidator.SizeAtMost(64),
 		mapvalidator.KeysAre(stringvalidator.RegexMatches(labelKeyRE,
-			"must be 1 to 63 characters of letters, digits, '.', '_', '/' and '-', starting and ending with a letter or digit")),
+			"must be 1 to 63 characters of letters, digits, '_', '.', '/' and '-', starting with a letter, digit or '_'")),
 		mapvalidator.ValueStringsAre(stringvalidator.LengthAtMost(255)),
 	}
 }

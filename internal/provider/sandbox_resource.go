@@ -98,7 +98,7 @@ var (
 func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	argvValidators := []validator.List{
 		listvalidator.SizeBetween(1, 256),
-		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(32768)),
+		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(65536)),
 	}
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A RareCloud AI sandbox: an isolated Linux environment in its own hardened container. " +
@@ -129,7 +129,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 					"`nginx:1.27`. The template still sets the size. Private images are not supported. Changing it replaces the sandbox.",
 				Optional: true,
 				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 512),
+					stringvalidator.LengthBetween(1, 255),
 					stringvalidator.RegexMatches(imageRefRE, "must be an image reference without whitespace"),
 				},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
@@ -177,7 +177,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				Optional:    true,
 				Sensitive:   true,
 				Validators: []validator.Map{
-					mapvalidator.SizeAtMost(128),
+					mapvalidator.SizeAtMost(256),
 					mapvalidator.KeysAre(
 						stringvalidator.LengthBetween(1, 255),
 						stringvalidator.RegexMatches(envKeyRE, "must be an environment variable name: letters, digits and '_', not starting with a digit"),
