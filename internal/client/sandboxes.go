@@ -20,7 +20,7 @@ const (
 type Template struct {
 	Name        string   `json:"name"`
 	Description string   `json:"description"`
-	VCPU        int64    `json:"vcpu"`
+	VCPU        float64  `json:"vcpu"` // may be fractional
 	MemoryMB    int64    `json:"memoryMb"`
 	HomeDiskMB  int64    `json:"homeDiskMb"`
 	TmpDiskMB   int64    `json:"tmpDiskMb"`

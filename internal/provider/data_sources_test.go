@@ -21,7 +21,7 @@ func TestAccSandboxTemplatesDataSource(t *testing.T) {
 		return knownvalue.ObjectExact(map[string]knownvalue.Check{
 			"name":         knownvalue.StringExact(name),
 			"description":  knownvalue.NotNull(),
-			"vcpu":         size(),
+			"vcpu":         knownvalue.Float64Func(func(v float64) error { return positive(int64(v * 1000)) }),
 			"memory_mb":    size(),
 			"home_disk_mb": size(),
 			"tmp_disk_mb":  size(),
@@ -73,7 +73,7 @@ func TestAccSandboxTemplateDataSource(t *testing.T) {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("name"), knownvalue.StringExact("python")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("languages"), knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("python")})),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("image"), knownvalue.StringExact("rarecloud/sandbox-python:latest")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("vcpu"), knownvalue.Int64Exact(2)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("vcpu"), knownvalue.Float64Exact(2)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("memory_mb"), knownvalue.Int64Exact(2048)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("home_disk_mb"), knownvalue.Int64Exact(2048)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("tmp_disk_mb"), knownvalue.Int64Exact(1024)),

@@ -733,4 +733,3 @@ func listOrNull(ctx context.Context, v []string, diags *diag.Diagnostics) types.
 	diags.Append(d...)
 	return l
 }
-

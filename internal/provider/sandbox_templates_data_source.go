@@ -26,14 +26,14 @@ var (
 
 // templateModel is one template in Terraform data.
 type templateModel struct {
-	Name        types.String `tfsdk:"name"`
-	Description types.String `tfsdk:"description"`
-	VCPU        types.Int64  `tfsdk:"vcpu"`
-	MemoryMB    types.Int64  `tfsdk:"memory_mb"`
-	HomeDiskMB  types.Int64  `tfsdk:"home_disk_mb"`
-	TmpDiskMB   types.Int64  `tfsdk:"tmp_disk_mb"`
-	Languages   types.List   `tfsdk:"languages"`
-	Image       types.String `tfsdk:"image"`
+	Name        types.String  `tfsdk:"name"`
+	Description types.String  `tfsdk:"description"`
+	VCPU        types.Float64 `tfsdk:"vcpu"`
+	MemoryMB    types.Int64   `tfsdk:"memory_mb"`
+	HomeDiskMB  types.Int64   `tfsdk:"home_disk_mb"`
+	TmpDiskMB   types.Int64   `tfsdk:"tmp_disk_mb"`
+	Languages   types.List    `tfsdk:"languages"`
+	Image       types.String  `tfsdk:"image"`
 }
 
 func templateModelFromAPI(ctx context.Context, t client.Template, diags *diag.Diagnostics) templateModel {
@@ -46,7 +46,7 @@ func templateModelFromAPI(ctx context.Context, t client.Template, diags *diag.Di
 	return templateModel{
 		Name:        types.StringValue(t.Name),
 		Description: types.StringValue(t.Description),
-		VCPU:        types.Int64Value(t.VCPU),
+		VCPU:        types.Float64Value(t.VCPU),
 		MemoryMB:    types.Int64Value(t.MemoryMB),
 		HomeDiskMB:  types.Int64Value(t.HomeDiskMB),
 		TmpDiskMB:   types.Int64Value(t.TmpDiskMB),
@@ -60,7 +60,7 @@ func templateModelFromAPI(ctx context.Context, t client.Template, diags *diag.Di
 func templateAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"description": schema.StringAttribute{MarkdownDescription: "What the template is for.", Computed: true},
-		"vcpu":        schema.Int64Attribute{MarkdownDescription: "Virtual CPUs.", Computed: true},
+		"vcpu":        schema.Float64Attribute{MarkdownDescription: "Virtual CPUs (may be fractional).", Computed: true},
 		"memory_mb":   schema.Int64Attribute{MarkdownDescription: "Memory in MB.", Computed: true},
 		"home_disk_mb": schema.Int64Attribute{
 			MarkdownDescription: "Size of the writable `/home/user` in MB.", Computed: true,
