@@ -406,7 +406,7 @@ func readyFunc(waitForExit bool) func(*client.Sandbox) (bool, error) {
 			}
 			return true, nil
 		case client.StatusRunning:
-			return !(s.RunMode && waitForExit), nil
+			return !s.RunMode || !waitForExit, nil
 		default:
 			return false, nil
 		}

@@ -423,6 +423,13 @@ output "logs" {
 					statecheck.ExpectKnownOutputValue("exit_code", knownvalue.Int64Exact(0)),
 					statecheck.ExpectKnownOutputValue("logs", knownvalue.StringRegexp(regexp.MustCompile(`(?s)job-says-hello.*job-warns|job-warns.*job-says-hello`))),
 				},
+				Check: checkBackendSandbox(addr, func(s *client.Sandbox) error {
+					if !s.RunMode || s.Status != client.StatusExited || s.ExitCode == nil || *s.ExitCode != 0 ||
+						!slices.Equal(s.Cmd, []string{"sh", "-c", "echo job-says-hello; echo job-warns >&2; exit 0"}) || s.Image != imageBase {
+						return fmt.Errorf("backend sandbox = %+v", s)
+					}
+					return nil
+				}),
 			},
 			{
 				Config: cfg("echo failing; exit 3", ""),
