@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"regexp"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -81,7 +80,7 @@ func TestAccSandboxTemplateDataSource(t *testing.T) {
 			},
 			{
 				Config:      `data "rarecloud_sandbox_template" "nope" { name = "cobol" }`,
-				ExpectError: regexp.MustCompile(`(?s)Unknown sandbox template.*"cobol".*Valid templates: base, node, python`),
+				ExpectError: expectErr("Unknown sandbox template", `"cobol"`, "Valid templates: base, node, python."),
 			},
 		},
 	})
@@ -94,7 +93,7 @@ func TestAccSandboxLogsDataSourceErrors(t *testing.T) {
 		Steps: []resource.TestStep{
 			{
 				Config:      `data "rarecloud_sandbox_logs" "gone" { sandbox_id = "sbx-doesnotexist" }`,
-				ExpectError: regexp.MustCompile(`(?s)Error reading sandbox logs.*sbx-doesnotexist.*404\s+NOT_FOUND`),
+				ExpectError: expectErr("Error reading sandbox logs", "sbx-doesnotexist", "HTTP 404 NOT_FOUND"),
 			},
 		},
 	})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,4 +221,18 @@ func TestProviderSchema(t *testing.T) {
 	if !sensitive {
 		t.Error("the provider's token is not sensitive")
 	}
+}
+
+// expectErr matches an error output that contains the parts in order.
+// Terraform wraps long lines, so a space in a part matches any whitespace.
+func expectErr(parts ...string) *regexp.Regexp {
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		words := regexp.MustCompile(`\s+`).Split(p, -1)
+		for j, w := range words {
+			words[j] = regexp.QuoteMeta(w)
+		}
+		quoted[i] = strings.Join(words, `\s+`)
+	}
+	return regexp.MustCompile(`(?s)` + strings.Join(quoted, ".*"))
 }

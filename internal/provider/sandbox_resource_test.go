@@ -469,13 +469,13 @@ func TestAccSandbox_runModeRefresh(t *testing.T) {
 	cfg := func(wait bool) string {
 		return fmt.Sprintf(`
 resource "rarecloud_sandbox" "job" {
-  image         = %q
+  template      = "base"
   run           = true
   entrypoint    = ["sh", "-c"]
   command       = ["sleep 2; exit 4"]
   wait_for_exit = %t
 }
-`, imageBase, wait)
+`, wait)
 	}
 	var id string
 	sameID := statecheck.CompareValue(compare.ValuesSame())
@@ -601,19 +601,19 @@ func TestAccSandbox_errors(t *testing.T) {
 		Steps: []resource.TestStep{
 			{
 				Config:      providerBlock("rc_pat_not_a_known_token") + `resource "rarecloud_sandbox" "test" {}`,
-				ExpectError: regexp.MustCompile(`(?s)Error creating sandbox.*rejected the API token.*401 UNAUTHORIZED.*RARECLOUD_TOKEN`),
+				ExpectError: expectErr("Error creating sandbox", "rejected the API token (HTTP 401 UNAUTHORIZED", "RARECLOUD_TOKEN"),
 			},
 			{
 				Config:      providerBlock(tokenARO) + `resource "rarecloud_sandbox" "test" {}`,
-				ExpectError: regexp.MustCompile(`(?s)Error creating sandbox.*lacks\s+scope\s+services:write.*403\s+INSUFFICIENT_SCOPE`),
+				ExpectError: expectErr("Error creating sandbox", "the API token lacks scope services:write (HTTP 403 INSUFFICIENT_SCOPE"),
 			},
 			{
 				Config:      `resource "rarecloud_sandbox" "test" { template = "does-not-exist" }`,
-				ExpectError: regexp.MustCompile(`(?s)Error creating sandbox.*400\s+UNKNOWN_TEMPLATE`),
+				ExpectError: expectErr("Error creating sandbox", "HTTP 400 UNKNOWN_TEMPLATE"),
 			},
 			{
 				Config:      `resource "rarecloud_sandbox" "test" { image = "rarecloud/never-built-image:1.0" }`,
-				ExpectError: regexp.MustCompile(`(?s)Error creating sandbox.*422\s+IMAGE_PULL_FAILED`),
+				ExpectError: expectErr("Error creating sandbox", "HTTP 422 IMAGE_PULL_FAILED"),
 			},
 		},
 	})
@@ -638,7 +638,7 @@ func TestAccSandbox_importOtherAccount(t *testing.T) {
 				ResourceName:      "rarecloud_sandbox.theirs",
 				ImportState:       true,
 				ImportStateIdFunc: func(*terraform.State) (string, error) { return id, nil },
-				ExpectError:       regexp.MustCompile(`Cannot import non-existent remote object`),
+				ExpectError:       expectErr("Cannot import non-existent remote object"),
 			},
 		},
 	})

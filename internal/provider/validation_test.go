@@ -2,6 +2,7 @@ package provider
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -40,7 +41,7 @@ func TestSandboxValidation(t *testing.T) {
 				Steps: []resource.TestStep{{
 					Config:      offlineProvider + "resource \"rarecloud_sandbox\" \"test\" {\n" + tc.config + "\n}\n",
 					PlanOnly:    true,
-					ExpectError: regexp.MustCompile(tc.want),
+					ExpectError: regexp.MustCompile(strings.ReplaceAll(tc.want, " ", `\s+`)),
 				}},
 			})
 		})
@@ -60,7 +61,7 @@ provider "rarecloud" {
 data "rarecloud_sandbox_templates" "all" {}
 `,
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)default_labels.*must be 1 to 63 characters`),
+				ExpectError: expectErr("default_labels", "must be 1 to 63 characters"),
 			}},
 		})
 	})
@@ -76,7 +77,7 @@ provider "rarecloud" {
 data "rarecloud_sandbox_templates" "all" {}
 `,
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)Invalid RareCloud API URL.*scheme must be http or https`),
+				ExpectError: expectErr("Invalid RareCloud API URL", "scheme must be http or https"),
 			}},
 		})
 	})
@@ -92,7 +93,7 @@ func TestProviderMissingToken(t *testing.T) {
 		Steps: []resource.TestStep{{
 			Config:      `resource "rarecloud_sandbox" "test" {}`,
 			PlanOnly:    true,
-			ExpectError: regexp.MustCompile(`(?s)Missing RareCloud API token.*token argument.*RARECLOUD_TOKEN.*RARECLOUD_API_TOKEN`),
+			ExpectError: expectErr("Missing RareCloud API token", "token argument", "RARECLOUD_TOKEN", "RARECLOUD_API_TOKEN"),
 		}},
 	})
 }
