@@ -21,7 +21,11 @@ BACKEND_PID=""
 APPLIED=0
 DESTROYED=0
 
-say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+if [[ -t 1 ]]; then
+	say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+else
+	say() { printf '\n==> %s\n' "$*"; }
+fi
 
 cleanup() {
 	local rc=$?
