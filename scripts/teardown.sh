@@ -42,6 +42,10 @@ fi
 rm -f "$RC_CONFIG_STAMP"
 
 if ((purge)); then
+	# runsc keeps a namespace bind mount (null-netns, shared by its gofers)
+	# under the exec root after its last sandbox: unmount those.
+	findmnt -rn -o TARGET,FSTYPE | awk -v r="$RC_EXEC_ROOT/" 'index($1, r) == 1 && $2 == "nsfs" {print $1}' |
+		while read -r m; do umount "$m" || umount -l "$m" || true; done
 	if findmnt -rn -o TARGET | grep -q -e "^$RC_DATA_ROOT" -e "^$RC_EXEC_ROOT"; then
 		die "mounts remain under $RC_DATA_ROOT or $RC_EXEC_ROOT; not deleting (check findmnt)"
 	fi
@@ -62,6 +66,6 @@ if ((purge)); then
 	did+=("purged data, images and $n firewall rules")
 fi
 
-IFS=','
-line="${did[*]}"
-echo "teardown: ${line//,/, }"
+line=""
+for d in "${did[@]}"; do line+="${line:+; }$d"; done
+echo "teardown: $line"

@@ -127,6 +127,7 @@ mmdebstrap \
 	--mode=root \
 	--format=tar \
 	--include="$PACKAGES" \
+	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 	--aptopt='APT::Install-Recommends "false"' \
 	--aptopt='APT::Install-Suggests "false"' \
 	--aptopt='Acquire::Languages "none"' \
