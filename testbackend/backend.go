@@ -6,8 +6,24 @@ package testbackend
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 // Token is one API token the backend accepts.
@@ -29,25 +45,228 @@ type Config struct {
 	Pull       string        // "missing" (default) or "never"
 	Network    string        // Docker network for sandboxes; default the one make setup made, "none" for no network
 	Retention  time.Duration // how long exited run-mode records stay readable; default 24h
+	// HomeBytes and TmpBytes override the templates' writable area sizes.
+	HomeBytes int64
+	TmpBytes  int64
+	Logger    *slog.Logger
 }
 
 // Backend is a running test backend.
 type Backend struct {
-	url string
+	url      string
+	devToken string
+	srv      *http.Server
+	mgr      *sandbox.Manager
+	rt       runtime.Runtime
+	done     chan struct{}
+}
+
+// DevTokenFile is where a backend without configured tokens keeps its
+// development token, inside the data directory.
+const DevTokenFile = "dev-token"
+
+// DefaultDataDir is the data directory when none is given.
+func DefaultDataDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "rarecloud-testbackend")
 }
 
 // New starts a backend: it opens the store, connects to the engine,
 // reconciles, and starts serving. Close stops it.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
-	return nil, errors.New("testbackend: not implemented yet")
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir()
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = sandbox.ModeReal
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = "runsc"
+	}
+	if cfg.Pull == "" {
+		cfg.Pull = "missing"
+	}
+	if cfg.Pull != "missing" && cfg.Pull != "never" {
+		return nil, fmt.Errorf("pull must be missing or never, got %q", cfg.Pull)
+	}
+	if cfg.Mode != sandbox.ModeReal && cfg.Mode != sandbox.ModeTest {
+		return nil, fmt.Errorf("mode must be real or test, got %q", cfg.Mode)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(dataDir, "records"))
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{done: make(chan struct{})}
+	tokens, err := b.loadTokens(cfg, dataDir)
+	if err != nil {
+		return nil, err
+	}
+
+	if cfg.Mode == sandbox.ModeReal {
+		b.rt, err = runtime.NewDocker(runtime.DockerOptions{
+			Host:        cfg.DockerHost,
+			RuntimeName: cfg.Runtime,
+			Network:     cfg.Network,
+			PullPolicy:  cfg.Pull,
+			Instance:    InstanceID(dataDir),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("container engine: %w", err)
+		}
+	}
+	b.mgr, err = sandbox.New(sandbox.Config{
+		Mode:      cfg.Mode,
+		Runtime:   b.rt,
+		Store:     st,
+		Retention: cfg.Retention,
+		HomeBytes: cfg.HomeBytes,
+		TmpBytes:  cfg.TmpBytes,
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		b.closeRuntime()
+		return nil, err
+	}
+	if err := b.mgr.Start(ctx); err != nil {
+		b.mgr.Close()
+		b.closeRuntime()
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		b.mgr.Close()
+		b.closeRuntime()
+		return nil, err
+	}
+	b.url = "http://" + ln.Addr().String() + "/v1"
+	b.srv = &http.Server{
+		Handler:           api.New(b.mgr, tokens, cfg.Logger),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() {
+		defer close(b.done)
+		if err := b.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Logger.Error("serve", "err", err)
+		}
+	}()
+	return b, nil
+}
+
+// InstanceID names this backend's containers on a shared engine. It comes
+// from the data directory, so a restart finds its own containers again and
+// never touches another backend's.
+func InstanceID(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return hex.EncodeToString(sum[:6])
+}
+
+func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, error) {
+	var tokens []Token
+	switch {
+	case len(cfg.Tokens) > 0:
+		tokens = cfg.Tokens
+	case cfg.TokensFile != "":
+		data, err := os.ReadFile(cfg.TokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("tokens file: %w", err)
+		}
+		var f struct {
+			Tokens []Token `json:"tokens"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("tokens file %s: %w", cfg.TokensFile, err)
+		}
+		if len(f.Tokens) == 0 {
+			return nil, fmt.Errorf("tokens file %s lists no tokens", cfg.TokensFile)
+		}
+		tokens = f.Tokens
+	default:
+		tok, err := devToken(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		b.devToken = tok
+		tokens = []Token{{Token: tok, Account: "dev", Scopes: []string{api.ScopeRead, api.ScopeWrite}}}
+	}
+	out := make([]api.Token, 0, len(tokens))
+	for i, t := range tokens {
+		if t.Token == "" || t.Account == "" {
+			return nil, fmt.Errorf("token %d: token and account are required", i)
+		}
+		for _, sc := range t.Scopes {
+			if sc != api.ScopeRead && sc != api.ScopeWrite {
+				return nil, fmt.Errorf("token %d: unknown scope %q (want %s or %s)", i, sc, api.ScopeRead, api.ScopeWrite)
+			}
+		}
+		out = append(out, api.Token{Token: t.Token, Account: t.Account, Scopes: t.Scopes})
+	}
+	return out, nil
+}
+
+// devToken reads the development token, creating it on first use.
+func devToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, DevTokenFile)
+	if data, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(data)); tok != "" {
+			return tok, nil
+		}
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := "rc_pat_" + hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok, nil
 }
 
 // URL is the API base, for example http://127.0.0.1:8080/v1.
 func (b *Backend) URL() string { return b.url }
 
-// DevToken is the development token created when no tokens were configured.
-func (b *Backend) DevToken() string { return "" }
+// DevToken is the development token used when no tokens were configured.
+func (b *Backend) DevToken() string { return b.devToken }
+
+// Runtime exposes the engine client (nil in test mode), for tests.
+func (b *Backend) Runtime() runtime.Runtime { return b.rt }
+
+// Manager exposes the lifecycle, for tests that need to look behind the API.
+func (b *Backend) Manager() *sandbox.Manager { return b.mgr }
 
 // Close stops serving and releases the engine. Sandboxes stay, as records
 // and containers, for the next start to pick up.
-func (b *Backend) Close() error { return nil }
+func (b *Backend) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := b.srv.Shutdown(ctx)
+	<-b.done
+	b.mgr.Close()
+	b.closeRuntime()
+	return err
+}
+
+func (b *Backend) closeRuntime() {
+	if b.rt != nil {
+		_ = b.rt.Close()
+	}
+}

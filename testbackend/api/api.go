@@ -1,0 +1,359 @@
+// Package api serves the RareCloud API v1 over HTTP: routing, bearer
+// tokens and scopes, the response envelope and request decoding. What a
+// route does is the sandbox package's business.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+// Scopes a token can hold. They match exactly: write does not imply read.
+const (
+	ScopeRead  = "services:read"
+	ScopeWrite = "services:write"
+)
+
+// Token is one accepted bearer token.
+type Token struct {
+	Token   string
+	Account string
+	Scopes  []string
+}
+
+// Error codes the HTTP layer itself answers with.
+const (
+	CodeUnauthorized      = "UNAUTHORIZED"
+	CodeInsufficientScope = "INSUFFICIENT_SCOPE"
+	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
+	CodeInvalidJSON       = "INVALID_JSON"
+	CodeUnknownField      = "UNKNOWN_FIELD"
+	CodeInvalidEncoding   = "INVALID_ENCODING"
+	CodeNotImplemented    = "NOT_IMPLEMENTED"
+	CodeInvalidLabelQuery = "INVALID_LABEL_FILTER"
+)
+
+// MaxBodyBytes bounds every request body. A file write of 1,000,000
+// characters fits with room for JSON escaping.
+const MaxBodyBytes = 8 << 20
+
+// statusOf maps an error code to its HTTP status.
+var statusOf = map[string]int{
+	CodeUnauthorized:                  http.StatusUnauthorized,
+	CodeInsufficientScope:             http.StatusForbidden,
+	CodeMethodNotAllowed:              http.StatusMethodNotAllowed,
+	CodeInvalidJSON:                   http.StatusBadRequest,
+	CodeUnknownField:                  http.StatusBadRequest,
+	CodeInvalidEncoding:               http.StatusBadRequest,
+	CodeInvalidLabelQuery:             http.StatusBadRequest,
+	CodeNotImplemented:                http.StatusNotImplemented,
+	sandbox.CodeInvalidRequest:        http.StatusBadRequest,
+	sandbox.CodeUnknownTemplate:       http.StatusBadRequest,
+	sandbox.CodeInvalidTimeout:        http.StatusBadRequest,
+	sandbox.CodeInvalidLabels:         http.StatusBadRequest,
+	sandbox.CodeInvalidEnv:            http.StatusBadRequest,
+	sandbox.CodeInvalidImage:          http.StatusBadRequest,
+	sandbox.CodeInvalidCommand:        http.StatusBadRequest,
+	sandbox.CodeInvalidPath:           http.StatusBadRequest,
+	sandbox.CodeInvalidLanguage:       http.StatusBadRequest,
+	sandbox.CodeInvalidIdempotencyKey: http.StatusBadRequest,
+	sandbox.CodeLanguageNotAvailable:  http.StatusBadRequest,
+	sandbox.CodeIsADirectory:          http.StatusBadRequest,
+	sandbox.CodeNotFound:              http.StatusNotFound,
+	sandbox.CodeFileNotFound:          http.StatusNotFound,
+	sandbox.CodePermissionDenied:      http.StatusForbidden,
+	sandbox.CodeNotReady:              http.StatusConflict,
+	sandbox.CodeNotRunning:            http.StatusConflict,
+	sandbox.CodeIdempotencyInProgress: http.StatusConflict,
+	sandbox.CodeIdempotencyKeyReused:  http.StatusUnprocessableEntity,
+	sandbox.CodePayloadTooLarge:       http.StatusRequestEntityTooLarge,
+	sandbox.CodeFileTooLarge:          http.StatusRequestEntityTooLarge,
+	sandbox.CodeFileNotText:           http.StatusUnprocessableEntity,
+	sandbox.CodeStorageFull:           http.StatusInsufficientStorage,
+	sandbox.CodeImagePullFailed:       http.StatusUnprocessableEntity,
+	sandbox.CodeTooManyRequests:       http.StatusTooManyRequests,
+	sandbox.CodeServiceUnavailable:    http.StatusServiceUnavailable,
+	sandbox.CodeInternal:              http.StatusInternalServerError,
+}
+
+// Server is the HTTP API.
+type Server struct {
+	mgr    *sandbox.Manager
+	tokens map[string]Token
+	log    *slog.Logger
+	mocked bool
+}
+
+// New builds the API over a manager.
+func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest}
+	for _, t := range tokens {
+		s.tokens[t.Token] = t
+	}
+	return s
+}
+
+type envelope struct {
+	OK     bool       `json:"ok"`
+	Mocked bool       `json:"mocked,omitempty"`
+	Data   any        `json:"data,omitempty"`
+	Error  *errorBody `json:"error,omitempty"`
+}
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (s *Server) writeData(w http.ResponseWriter, status int, data any) {
+	s.write(w, status, envelope{OK: true, Mocked: s.mocked, Data: data})
+}
+
+func (s *Server) writeErr(w http.ResponseWriter, err error) {
+	var e *sandbox.Error
+	if !errors.As(err, &e) {
+		s.log.Error("unexpected error", "err", err)
+		e = &sandbox.Error{Code: sandbox.CodeInternal, Message: "internal error"}
+	}
+	status, ok := statusOf[e.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	} else if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "2")
+	}
+	s.write(w, status, envelope{OK: false, Mocked: s.mocked, Error: &errorBody{Code: e.Code, Message: e.Message}})
+}
+
+func (s *Server) write(w http.ResponseWriter, status int, env envelope) {
+	body, err := json.Marshal(env)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"ok":false,"error":{"code":"INTERNAL_ERROR","message":"could not encode the response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func apiErr(code, format string, args ...any) *sandbox.Error {
+	return &sandbox.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// route is a matched request: the handler and the path parameters.
+type route struct {
+	handler func(w http.ResponseWriter, r *http.Request, c *call)
+	allow   string
+}
+
+// call carries what a handler needs beyond the request.
+type call struct {
+	account string
+	id      string
+	port    string
+}
+
+// ServeHTTP routes by hand so that every answer, 404 and 405 included,
+// is the documented envelope.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
+			s.writeErr(w, apiErr(sandbox.CodeInternal, "internal error"))
+		}
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "duration", time.Since(start))
+	}()
+
+	c := &call{}
+	handlers, ok := s.match(r.URL.Path, c)
+	if !ok {
+		s.writeErr(w, apiErr(sandbox.CodeNotFound, "no route %s; the API lives under /v1", r.URL.Path))
+		return
+	}
+	h, ok := handlers[r.Method]
+	if !ok {
+		allow := make([]string, 0, len(handlers))
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			if _, ok := handlers[m]; ok {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeErr(w, apiErr(CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	account, err := s.authorize(r)
+	if err != nil {
+		if errors.As(err, new(*sandbox.Error)) && err.(*sandbox.Error).Code == CodeUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="rarecloud"`)
+		}
+		s.writeErr(w, err)
+		return
+	}
+	c.account = account
+	if s.needsEngine(r.URL.Path) {
+		if err := s.mgr.EngineAvailable(r.Context()); err != nil {
+			s.writeErr(w, err)
+			return
+		}
+	}
+	h(w, r, c)
+}
+
+func (s *Server) needsEngine(path string) bool {
+	return strings.HasPrefix(path, "/v1/sandboxes")
+}
+
+type methods map[string]func(w http.ResponseWriter, r *http.Request, c *call)
+
+func (s *Server) match(path string, c *call) (methods, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/")
+	if !ok {
+		return nil, false
+	}
+	seg := strings.Split(rest, "/")
+	if seg[0] != "sandboxes" {
+		return nil, false
+	}
+	switch {
+	case len(seg) == 1:
+		return methods{http.MethodGet: s.list, http.MethodPost: s.create}, true
+	case len(seg) == 2 && seg[1] == "templates":
+		return methods{http.MethodGet: s.templates}, true
+	case seg[1] == "":
+		return nil, false
+	}
+	c.id = seg[1]
+	switch {
+	case len(seg) == 2:
+		return methods{http.MethodGet: s.get, http.MethodDelete: s.delete}, true
+	case len(seg) == 3 && seg[2] == "run_code":
+		return methods{http.MethodPost: s.runCode}, true
+	case len(seg) == 3 && seg[2] == "commands":
+		return methods{http.MethodPost: s.command}, true
+	case len(seg) == 3 && seg[2] == "files":
+		return methods{http.MethodGet: s.readFile, http.MethodPut: s.writeFile}, true
+	case len(seg) == 3 && seg[2] == "logs":
+		return methods{http.MethodGet: s.logs}, true
+	case len(seg) == 4 && seg[2] == "ports" && seg[3] != "":
+		c.port = seg[3]
+		return methods{http.MethodPost: s.expose}, true
+	}
+	return nil, false
+}
+
+// authorize checks the bearer token and the scope the method needs.
+func (s *Server) authorize(r *http.Request) (string, error) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if h == "" {
+		return "", apiErr(CodeUnauthorized, "missing Authorization header; send Authorization: Bearer <token>")
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", apiErr(CodeUnauthorized, "malformed Authorization header; send Authorization: Bearer <token>")
+	}
+	t, ok := s.tokens[strings.TrimSpace(token)]
+	if !ok {
+		return "", apiErr(CodeUnauthorized, "the API token is not valid")
+	}
+	need := ScopeWrite
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		need = ScopeRead
+	}
+	for _, sc := range t.Scopes {
+		if sc == need {
+			return t.Account, nil
+		}
+	}
+	return "", apiErr(CodeInsufficientScope, "the API token lacks the scope %s needed for %s requests (scopes match exactly: %s does not include %s)", need, r.Method, other(need), need)
+}
+
+func other(scope string) string {
+	if scope == ScopeRead {
+		return ScopeWrite
+	}
+	return ScopeRead
+}
+
+// decode reads a JSON body strictly: one object, known fields, valid UTF-8.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apiErr(sandbox.CodePayloadTooLarge, "request body is larger than %d bytes", MaxBodyBytes)
+		}
+		return apiErr(CodeInvalidJSON, "could not read the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return apiErr(CodeInvalidJSON, "request body is empty; send a JSON object")
+	}
+	if !utf8.Valid(body) {
+		return apiErr(CodeInvalidEncoding, "request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErr(err)
+	}
+	if dec.More() {
+		return apiErr(CodeInvalidJSON, "request body has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonErr(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return apiErr(CodeInvalidJSON, "request body is not valid JSON at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return apiErr(sandbox.CodeInvalidRequest, "request body must be a JSON object, not %s", typ.Value)
+		}
+		return apiErr(sandbox.CodeInvalidRequest, "field %s must be %s, not %s", field, typeName(typ.Type.Kind().String()), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return apiErr(CodeUnknownField, "request body has an %s", strings.TrimPrefix(err.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return apiErr(CodeInvalidJSON, "request body is truncated JSON")
+	default:
+		return apiErr(CodeInvalidJSON, "request body is not valid JSON: %v", err)
+	}
+}
+
+func typeName(kind string) string {
+	switch kind {
+	case "int64", "int", "int32":
+		return "an integer"
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "ptr":
+		return "an integer"
+	}
+	return kind
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+func (s *Server) templates(w http.ResponseWriter, _ *http.Request, _ *call) {
+	s.writeData(w, http.StatusOK, s.mgr.Templates())
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, c *call) {
+	filter := map[string]string{}
+	for _, l := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			s.writeErr(w, apiErr(CodeInvalidLabelQuery, "label filter %q must be key=value", l))
+			return
+		}
+		if prev, dup := filter[k]; dup && prev != v {
+			// Two values for one key can never both match.
+			s.writeData(w, http.StatusOK, []sandbox.View{})
+			return
+		}
+		filter[k] = v
+	}
+	if err := sandbox.ValidateLabels(filter); err != nil {
+		s.writeErr(w, apiErr(CodeInvalidLabelQuery, "%s", err.Message))
+		return
+	}
+	s.writeData(w, http.StatusOK, s.mgr.List(c.account, filter))
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
+	key := r.Header.Get("Idempotency-Key")
+	if _, present := r.Header["Idempotency-Key"]; present {
+		if err := sandbox.ValidateIdempotencyKey(key); err != nil {
+			s.writeErr(w, err)
+			return
+		}
+	}
+	var req sandbox.CreateRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	res, err := s.mgr.Create(r.Context(), c.account, key, req)
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sandboxes/"+res.Sandbox.ID)
+	s.writeData(w, http.StatusCreated, res.Sandbox)
+}
+
+func (s *Server) get(w http.ResponseWriter, _ *http.Request, c *call) {
+	v, err := s.mgr.Get(c.account, c.id)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, v)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, c *call) {
+	if err := s.mgr.Delete(r.Context(), c.account, c.id); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, map[string]any{"id": c.id, "deleted": true})
+}
+
+type runCodeRequest struct {
+	Language  string `json:"language"`
+	Code      string `json:"code"`
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+}
+
+func (s *Server) runCode(w http.ResponseWriter, r *http.Request, c *call) {
+	var req runCodeRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	out, err := s.mgr.RunCode(r.Context(), c.account, c.id, req.Language, req.Code, req.TimeoutMs)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, out)
+}
+
+type commandRequest struct {
+	Cmd       string `json:"cmd"`
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+}
+
+func (s *Server) command(w http.ResponseWriter, r *http.Request, c *call) {
+	var req commandRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	out, err := s.mgr.Command(r.Context(), c.account, c.id, req.Cmd, req.TimeoutMs)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, out)
+}
+
+type fileBody struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) {
+	var req fileBody
+	if err := decode(w, r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	if err := s.mgr.WriteFile(r.Context(), c.account, c.id, req.Path, req.Content); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, map[string]any{"path": req.Path, "size": len(req.Content)})
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *call) {
+	path := r.URL.Query().Get("path")
+	content, err := s.mgr.ReadFile(r.Context(), c.account, c.id, path)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, fileBody{Path: path, Content: content})
+}
+
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, c *call) {
+	logs, err := s.mgr.Logs(r.Context(), c.account, c.id)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, map[string]string{"logs": logs})
+}
+
+// expose answers as the product does: preview URLs do not exist yet. The
+// sandbox must still be the caller's, so the answer leaks nothing.
+func (s *Server) expose(w http.ResponseWriter, _ *http.Request, c *call) {
+	if _, err := s.mgr.Get(c.account, c.id); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	if p, err := strconv.Atoi(c.port); err != nil || p < 1 || p > 65535 {
+		s.writeErr(w, apiErr(sandbox.CodeInvalidRequest, "port must be a number from 1 to 65535, got %q", c.port))
+		return
+	}
+	s.writeErr(w, apiErr(CodeNotImplemented, "preview URLs are not available: a sandbox accepts no inbound connections; read results with run_code, commands, logs or files"))
+}

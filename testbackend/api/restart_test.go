@@ -1,0 +1,217 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+// ownedContainers counts the backend's containers for a sandbox id.
+func ownedContainers(t *testing.T, b *testbackend.Backend, id string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := b.Runtime().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range list {
+		if c.Labels[runtime.LabelSandboxID] == id {
+			t.Logf("container %s of %s: running=%v name=%s", c.ID[:12], id, c.Running, c.Name)
+			n++
+		}
+	}
+	return n
+}
+
+// TestRestartKeepsRecordsAndReconciles stops a backend, changes the engine
+// behind its back, and starts it again on the same data directory.
+func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b1, err := startBackend(dir, testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, b1.URL())
+	keep := c.running(tokA, map[string]any{"labels": map[string]string{"r": "keep"}})
+	lost := c.running(tokA, map[string]any{})
+	expiring := c.running(tokA, map[string]any{"timeoutMs": 4000})
+	job := c.create(tokA, map[string]any{"cmd": []string{"sh", "-c", "sleep 1; echo finished; exit 5"}})
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// While the backend is down: a container vanishes, an orphan appears,
+	// a lifetime runs out and a run-mode job ends.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	orphanRT, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(dir), PullPolicy: "never", Network: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orphanRT.Close()
+	if err := removeByLabel(ctx, orphanRT, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := orphanRT.Start(ctx, runtime.Spec{Name: "rarecloud-sbx-orphan" + strings.ToLower(t.Name()[:4]), Image: sbxpkg.ImageBase, Labels: map[string]string{runtime.LabelSandboxID: "sbx-orphan"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64})
+	t.Cleanup(func() { _ = orphanRT.Remove(context.Background(), orphan) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiresAt, err := time.Parse(time.RFC3339, expiring.ExpiresAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the lifetime and the job run out while the backend is down.
+	time.Sleep(max(time.Until(expiresAt), 0) + 1500*time.Millisecond)
+
+	b2, err := startBackend(dir, testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	c = newClient(t, b2.URL())
+	if out := c.command(tokA, keep.ID, "echo still-here"); out.Stdout != "still-here\n" {
+		t.Fatalf("kept sandbox: %+v", out)
+	}
+	if got := decodeData[sandbox](t, c.do("GET", "/sandboxes/"+keep.ID, tokA, nil, nil)); got.Labels["r"] != "keep" || got.CreatedAt != keep.CreatedAt {
+		t.Fatalf("record changed across restart: %+v", got)
+	}
+	gone := decodeData[sandbox](t, c.do("GET", "/sandboxes/"+lost.ID, tokA, nil, nil))
+	if gone.Status != "terminated" || gone.TerminationReason == "" {
+		t.Fatalf("sandbox whose container vanished: %+v", gone)
+	}
+	expectErr(t, c.do("GET", "/sandboxes/"+expiring.ID, tokA, nil, nil), 404, "NOT_FOUND")
+	ended := c.waitStatus(tokA, job.ID, "exited", "terminated")
+	if ended.Status != "exited" || ended.ExitCode == nil || *ended.ExitCode != 5 {
+		t.Fatalf("job that ended while down: %+v", ended)
+	}
+	if logs := decodeData[struct{ Logs string }](t, c.do("GET", "/sandboxes/"+job.ID+"/logs", tokA, nil, nil)); logs.Logs != "finished\n" {
+		t.Fatalf("job logs: %q", logs.Logs)
+	}
+	for id, want := range map[string]int{"sbx-orphan": 0, expiring.ID: 0, lost.ID: 0, job.ID: 0, keep.ID: 1} {
+		if n := ownedContainers(t, b2, id); n != want {
+			t.Errorf("%s: %d containers, want %d", id, n, want)
+		}
+	}
+	c.do("DELETE", "/sandboxes/"+keep.ID, tokA, nil, nil)
+}
+
+func removeByLabel(ctx context.Context, rt runtime.Runtime, id string) error {
+	list, err := rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if c.Labels[runtime.LabelSandboxID] == id {
+			if err := rt.Remove(ctx, c.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func TestTestModeIsMocked(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{Mode: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := newClient(t, b.URL())
+	r := c.do("POST", "/sandboxes", tokA, map[string]any{"template": "python"}, nil)
+	sb := decodeData[sandbox](t, r)
+	if !r.env.Mocked || sb.Status != "running" {
+		t.Fatalf("test mode create: mocked=%v status=%s", r.env.Mocked, sb.Status)
+	}
+	r = c.do("POST", "/sandboxes/"+sb.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "print('really ran')"}, nil)
+	if res := decodeData[execResult](t, r); !r.env.Mocked || res.Stdout != "" || exitCode(t, res) != 0 {
+		t.Fatalf("test mode executed code: %+v", res)
+	}
+	r = c.do("POST", "/sandboxes", tokA, map[string]any{"run": true}, nil)
+	if job := decodeData[sandbox](t, r); job.Status != "exited" || job.ExitCode == nil {
+		t.Fatalf("test mode run: %+v", job)
+	}
+	if r := c.do("PUT", "/sandboxes/"+sb.ID+"/files", tokA, map[string]any{"path": "/home/user/a", "content": "x"}, nil); !r.env.Mocked || r.status != 200 {
+		t.Fatalf("files: %d", r.status)
+	}
+	// Errors are mocked answers too.
+	r = c.do("GET", "/sandboxes/sbx-none", tokA, nil, nil)
+	expectErr(t, r, 404, "NOT_FOUND")
+	if !r.env.Mocked {
+		t.Fatal("error without mocked in test mode")
+	}
+	if r := c.do("GET", "/sandboxes", tokA, nil, nil); !r.env.Mocked {
+		t.Fatal("list without mocked")
+	}
+}
+
+func TestNoEngineAnswers503(t *testing.T) {
+	t.Parallel()
+	sock := "unix://" + t.TempDir() + "/absent.sock"
+	b, err := startBackend(t.TempDir(), testbackend.Config{DockerHost: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := newClient(t, b.URL())
+	for _, probe := range []struct{ method, path string }{
+		{"GET", "/sandboxes/templates"},
+		{"GET", "/sandboxes"},
+		{"POST", "/sandboxes"},
+		{"GET", "/sandboxes/sbx-x"},
+		{"DELETE", "/sandboxes/sbx-x"},
+		{"POST", "/sandboxes/sbx-x/commands"},
+		{"GET", "/sandboxes/sbx-x/logs"},
+	} {
+		var body any
+		if probe.method == "POST" {
+			body = map[string]any{}
+		}
+		r := c.do(probe.method, probe.path, tokA, body, nil)
+		msg := expectErr(t, r, http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
+		contains(t, msg, strings.TrimPrefix(sock, "unix://"))
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", probe.method, probe.path)
+		}
+	}
+	// Auth still comes first.
+	expectErr(t, c.do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
+}
+
+func TestDevTokenIsCreatedOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b, err := testbackend.New(context.Background(), testbackend.Config{Listen: "127.0.0.1:0", DataDir: dir, Mode: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := b.DevToken()
+	b.Close()
+	saved, err := os.ReadFile(dir + "/" + testbackend.DevTokenFile)
+	if err != nil || strings.TrimSpace(string(saved)) != tok || !strings.HasPrefix(tok, "rc_pat_") {
+		t.Fatalf("dev token %q, file %q (%v)", tok, saved, err)
+	}
+	b, err = testbackend.New(context.Background(), testbackend.Config{Listen: "127.0.0.1:0", DataDir: dir, Mode: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.DevToken() != tok {
+		t.Fatal("dev token changed across restarts")
+	}
+	c := newClient(t, b.URL())
+	if r := c.do("GET", "/sandboxes", tok, nil, nil); r.status != 200 {
+		t.Fatalf("dev token rejected: %d", r.status)
+	}
+}

@@ -1,0 +1,92 @@
+// Command rarecloud-testbackend serves the RareCloud API v1 on this
+// machine, every sandbox a Docker container under gVisor. Every flag can
+// also be set through RARECLOUD_TESTBACKEND_<FLAG> (upper case, - as _).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rarecloud-testbackend:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("rarecloud-testbackend", flag.ContinueOnError)
+	var cfg testbackend.Config
+	var logLevel string
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve the API on (under /v1)")
+	fs.StringVar(&cfg.DataDir, "data", testbackend.DefaultDataDir(), "directory for records; they survive a restart")
+	fs.StringVar(&cfg.TokensFile, "tokens", "", `JSON file {"tokens":[{"token","account","scopes"}]}; without it a development token is created in DATA/dev-token`)
+	fs.StringVar(&cfg.Mode, "mode", "real", "real (containers under gVisor) or test (no containers, every answer says mocked)")
+	fs.StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine address (default $DOCKER_HOST, else the engine make setup started)")
+	fs.StringVar(&cfg.Runtime, "runtime", "runsc", "OCI runtime for sandboxes")
+	fs.StringVar(&cfg.Pull, "pull", "missing", "image pull policy: missing or never")
+	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
+	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: rarecloud-testbackend [flags]\n\nEvery flag can also be set as RARECLOUD_TESTBACKEND_<FLAG>.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := envDefaults(fs); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b, err := testbackend.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("serving the RareCloud API", "url", b.URL(), "mode", cfg.Mode, "data", cfg.DataDir)
+	if tok := b.DevToken(); tok != "" {
+		path := filepath.Join(cfg.DataDir, testbackend.DevTokenFile)
+		fmt.Fprintf(os.Stderr, "development token (account dev, services:read and services:write), kept in %s:\n%s\n", path, tok)
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	return b.Close()
+}
+
+// envDefaults lets RARECLOUD_TESTBACKEND_<FLAG> set each flag; the command
+// line still wins.
+func envDefaults(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RARECLOUD_TESTBACKEND_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if serr := f.Value.Set(v); serr != nil {
+				err = fmt.Errorf("%s: %w", name, serr)
+			}
+		}
+	})
+	return err
+}

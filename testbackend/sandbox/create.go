@@ -1,0 +1,311 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// idemEntry is a key in flight or done. Done entries hold either the
+// sandbox id or the client error the first request got.
+type idemEntry struct {
+	rec  store.Idempotency
+	done bool
+}
+
+// MaxIdempotencyKeyLen bounds the Idempotency-Key header.
+const MaxIdempotencyKeyLen = 255
+
+// ValidateIdempotencyKey checks the header: 1 to 255 printable ASCII.
+func ValidateIdempotencyKey(key string) *Error {
+	if len(key) == 0 || len(key) > MaxIdempotencyKeyLen {
+		return errorf(CodeInvalidIdempotencyKey, "Idempotency-Key must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return errorf(CodeInvalidIdempotencyKey, "Idempotency-Key must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLen)
+		}
+	}
+	return nil
+}
+
+// CreateResult says what a create produced.
+type CreateResult struct {
+	Sandbox  View
+	Replayed bool // an earlier request with the same Idempotency-Key made it
+}
+
+// Create validates the request, makes sure the image is there, records a
+// pending sandbox and starts its container in the background.
+func (m *Manager) Create(ctx context.Context, account, idemKey string, req CreateRequest) (CreateResult, error) {
+	tpl, verr := m.validate(&req)
+	if verr != nil {
+		return CreateResult{}, verr
+	}
+	if idemKey == "" {
+		return m.create(ctx, account, tpl, req)
+	}
+	hash := requestHash(req)
+	mapKey := account + "\x00" + idemKey
+
+	m.mu.Lock()
+	if e := m.idem[mapKey]; e != nil {
+		defer m.mu.Unlock()
+		switch {
+		case e.rec.RequestHash != hash:
+			return CreateResult{}, errorf(CodeIdempotencyKeyReused, "Idempotency-Key %q was used with a different request body; use a new key for a different request", idemKey)
+		case !e.done:
+			return CreateResult{}, &Error{Code: CodeIdempotencyInProgress, Message: "a request with this Idempotency-Key is still in progress; retry shortly", RetryAfter: 1}
+		case e.rec.SandboxID == "":
+			var replay Error
+			if err := json.Unmarshal(e.rec.Body, &replay); err != nil || replay.Code == "" {
+				return CreateResult{}, errorf(CodeInternal, "stored answer of Idempotency-Key %q is unreadable", idemKey)
+			}
+			return CreateResult{Replayed: true}, &replay
+		default:
+			if sb := m.boxes[e.rec.SandboxID]; sb != nil {
+				return CreateResult{Sandbox: view(sb), Replayed: true}, nil
+			}
+			var v View
+			if err := json.Unmarshal(e.rec.Body, &v); err != nil {
+				return CreateResult{}, errorf(CodeInternal, "stored answer of Idempotency-Key %q is unreadable", idemKey)
+			}
+			return CreateResult{Sandbox: v, Replayed: true}, nil
+		}
+	}
+	entry := &idemEntry{rec: store.Idempotency{Account: account, Key: idemKey, RequestHash: hash, CreatedAt: time.Now().UTC()}}
+	m.idem[mapKey] = entry
+	m.mu.Unlock()
+
+	res, err := m.create(ctx, account, tpl, req)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var apiErr *Error
+	switch {
+	case err == nil:
+		entry.rec.SandboxID = res.Sandbox.ID
+		entry.rec.Status = 201
+		entry.rec.Body, _ = json.Marshal(res.Sandbox)
+	case errors.As(err, &apiErr) && !retryable(apiErr.Code):
+		// A client error spends the key: the same request would fail the
+		// same way, and replaying it keeps the answer stable.
+		entry.rec.Status = 400
+		entry.rec.Body, _ = json.Marshal(apiErr)
+	default:
+		// Transient failures release the key so a retry can succeed.
+		delete(m.idem, mapKey)
+		return res, err
+	}
+	if perr := m.st.PutIdempotency(&entry.rec); perr != nil {
+		m.log.Error("persist idempotency key", "err", perr)
+	}
+	entry.done = true
+	m.scheduleIdemExpiryLocked(mapKey, entry)
+	return res, err
+}
+
+func retryable(code string) bool {
+	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests
+}
+
+// MarshalJSON lets a stored client error be replayed as it was.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{e.Code, e.Message})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	e.Code, e.Message = w.Code, w.Message
+	return nil
+}
+
+func requestHash(req CreateRequest) string {
+	b, _ := json.Marshal(req) // maps marshal with sorted keys: stable
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
+	wait := time.Until(e.rec.CreatedAt.Add(m.cfg.IdempotencyTTL))
+	time.AfterFunc(max(wait, 0), func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.idem[mapKey] == e {
+			delete(m.idem, mapKey)
+			_ = m.st.DeleteIdempotency(e.rec.Account, e.rec.Key)
+		}
+	})
+}
+
+func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest) (CreateResult, error) {
+	image := tpl.Image
+	if req.Image != "" {
+		image = req.Image
+	}
+	if m.cfg.Mode == ModeReal {
+		if err := m.EngineAvailable(ctx); err != nil {
+			return CreateResult{}, err
+		}
+		pullCtx, cancel := context.WithTimeout(ctx, m.cfg.PullTimeout)
+		err := m.rt.EnsureImage(pullCtx, image)
+		cancel()
+		if err != nil {
+			if errors.Is(err, runtime.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+				return CreateResult{}, errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
+			}
+			return CreateResult{}, mapRuntimeErr("", err)
+		}
+	}
+
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	sb := &store.Sandbox{
+		ID:         newID(),
+		Account:    account,
+		Status:     StatusPending,
+		Template:   tpl.Name,
+		Image:      image,
+		CreatedAt:  now,
+		TimeoutMs:  *req.TimeoutMs,
+		ExpiresAt:  now.Add(time.Duration(*req.TimeoutMs) * time.Millisecond),
+		RunMode:    req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0,
+		Entrypoint: req.Entrypoint,
+		Cmd:        req.Cmd,
+		Env:        req.Env,
+		Labels:     req.Labels,
+	}
+	if m.cfg.Mode == ModeTest {
+		// Test mode: no container; the sandbox runs at once, and a run-mode
+		// program "exits" at once without executing anything.
+		sb.Status = StatusRunning
+		if sb.RunMode {
+			code := 0
+			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.persistLocked(sb); err != nil {
+		return CreateResult{}, err
+	}
+	m.boxes[sb.ID] = sb
+	m.scheduleLocked(sb)
+	if sb.Status == StatusPending {
+		m.startAsyncLocked(sb)
+	}
+	return CreateResult{Sandbox: view(sb)}, nil
+}
+
+// startAsyncLocked starts the sandbox's container in the background; the
+// sandbox answers SANDBOX_NOT_READY until it runs.
+func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
+	if m.starting[sb.ID] {
+		return
+	}
+	m.starting[sb.ID] = true
+	spec := m.specFor(sb)
+	id := sb.ID
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		cid, err := m.rt.Start(m.ctx, spec)
+		m.started(id, cid, err)
+	}()
+}
+
+func (m *Manager) specFor(sb *store.Sandbox) runtime.Spec {
+	tpl := m.templates[sb.Template]
+	home, tmp := tpl.HomeDiskMB<<20, tpl.TmpDiskMB<<20
+	if m.cfg.HomeBytes > 0 {
+		home = m.cfg.HomeBytes
+	}
+	if m.cfg.TmpBytes > 0 {
+		tmp = m.cfg.TmpBytes
+	}
+	return runtime.Spec{
+		Name:        containerName(sb.ID),
+		Image:       sb.Image,
+		Entrypoint:  sb.Entrypoint,
+		Cmd:         sb.Cmd,
+		RunMode:     sb.RunMode,
+		Env:         sb.Env,
+		Labels:      map[string]string{runtime.LabelSandboxID: sb.ID},
+		NanoCPUs:    int64(tpl.VCPU * 1e9),
+		MemoryBytes: tpl.MemoryMB << 20,
+		HomeBytes:   home,
+		TmpBytes:    tmp,
+		MaxProcs:    m.cfg.MaxProcs,
+	}
+}
+
+// started records the outcome of a container start.
+func (m *Manager) started(id, cid string, startErr error) {
+	m.mu.Lock()
+	delete(m.starting, id)
+	sb := m.boxes[id]
+	if sb == nil || sb.Status != StatusPending || m.ending[id] {
+		// Deleted or expired while starting: the container must not outlive it.
+		m.mu.Unlock()
+		if cid != "" || startErr == nil {
+			_ = m.rt.Remove(context.Background(), containerName(id))
+		}
+		return
+	}
+	if startErr != nil {
+		if m.ctx.Err() != nil {
+			m.mu.Unlock() // shutting down: the next start resumes this one
+			return
+		}
+		if errors.Is(startErr, runtime.ErrEngineUnavailable) {
+			// Still pending: reconciliation starts it again once the engine is back.
+			m.mu.Unlock()
+			m.engineDown(startErr)
+			return
+		}
+		m.log.Warn("sandbox start failed", "sandbox", id, "err", startErr)
+		m.mu.Unlock()
+		_ = m.rt.Remove(context.Background(), containerName(id))
+		m.mu.Lock()
+		if m.boxes[id] == sb && sb.Status == StatusPending {
+			m.endLocked(sb, StatusTerminated, nil, "the sandbox could not start: "+startErr.Error(), "")
+		}
+		m.mu.Unlock()
+		return
+	}
+	sb.ContainerID = cid
+	sb.Status = StatusRunning
+	_ = m.persistLocked(sb)
+	m.watchLocked(sb)
+	m.mu.Unlock()
+}
+
+// endLocked moves a sandbox to a final status and keeps its record for the
+// retention period.
+func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, logs string) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	sb.Status = status
+	sb.ExitCode = exitCode
+	sb.EndedAt = &now
+	sb.TerminationReason = reason
+	sb.Logs = logs
+	sb.ContainerID = ""
+	_ = m.persistLocked(sb)
+	m.scheduleLocked(sb)
+}

@@ -1,0 +1,300 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// ExecOutput is the answer of run_code and commands.
+type ExecOutput struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        *int   `json:"exitCode"`
+	TimedOut        bool   `json:"timedOut"`
+	StdoutTruncated bool   `json:"stdoutTruncated"`
+	StderrTruncated bool   `json:"stderrTruncated"`
+	DurationMs      int64  `json:"durationMs"`
+}
+
+// Languages run_code knows, and how each reads a program from stdin. The
+// code travels on stdin because Linux caps one argument at 128 KiB.
+var languages = map[string][]string{
+	"python": {"python3", "-"},
+	"node":   {"node", "-"},
+}
+
+// execTimeout turns the optional timeoutMs of an exec request into a duration.
+func execTimeout(ms *int64) (time.Duration, *Error) {
+	if ms == nil {
+		return DefaultExecTimeoutMs * time.Millisecond, nil
+	}
+	if *ms < 1 || *ms > MaxExecTimeoutMs {
+		return 0, errorf(CodeInvalidTimeout, "timeoutMs must be between 1 and %d, got %d", MaxExecTimeoutMs, *ms)
+	}
+	return time.Duration(*ms) * time.Millisecond, nil
+}
+
+// running returns a snapshot of a sandbox that can take exec calls.
+func (m *Manager) running(ctx context.Context, account, id string) (store.Sandbox, error) {
+	m.mu.Lock()
+	sb := m.boxes[id]
+	if sb == nil || sb.Account != account {
+		m.mu.Unlock()
+		return store.Sandbox{}, notFound(id)
+	}
+	snap := *sb
+	m.mu.Unlock()
+	switch snap.Status {
+	case StatusPending:
+		return snap, &Error{Code: CodeNotReady, Message: "sandbox " + id + " is not ready yet; retry shortly", RetryAfter: 1}
+	case StatusExited, StatusTerminated:
+		return snap, errorf(CodeNotRunning, "sandbox %s is not running (status %s)", id, snap.Status)
+	}
+	if err := m.EngineAvailable(ctx); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// RunCode runs code in a fresh interpreter process.
+func (m *Manager) RunCode(ctx context.Context, account, id, language, code string, timeoutMs *int64) (ExecOutput, error) {
+	argv, ok := languages[language]
+	if !ok {
+		return ExecOutput{}, errorf(CodeInvalidLanguage, "language must be python or node, got %q", language)
+	}
+	if utf8.RuneCountInString(code) > MaxFileChars {
+		return ExecOutput{}, errorf(CodePayloadTooLarge, "code is longer than %d characters", MaxFileChars)
+	}
+	timeout, verr := execTimeout(timeoutMs)
+	if verr != nil {
+		return ExecOutput{}, verr
+	}
+	sb, err := m.running(ctx, account, id)
+	if err != nil {
+		return ExecOutput{}, err
+	}
+	// A custom image brings its own runtimes; a template's are known.
+	if tpl := m.templates[sb.Template]; sb.Image == tpl.Image && !tpl.hasLanguage(language) {
+		return ExecOutput{}, errorf(CodeLanguageNotAvailable, "template %s has no %s runtime; create the sandbox from a template that has it (%s)", sb.Template, language, strings.Join(m.templatesWith(language), ", "))
+	}
+	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Timeout: timeout, MaxOutput: MaxExecOutput})
+}
+
+func (m *Manager) templatesWith(language string) []string {
+	var out []string
+	for _, t := range m.Templates() {
+		if t.hasLanguage(language) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Command runs one shell command line with sh -c.
+func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutMs *int64) (ExecOutput, error) {
+	if strings.TrimSpace(cmd) == "" {
+		return ExecOutput{}, errorf(CodeInvalidCommand, "cmd is required")
+	}
+	if len(cmd) > MaxCommandLen {
+		return ExecOutput{}, errorf(CodePayloadTooLarge, "cmd is longer than %d bytes; write a script file and run that instead", MaxCommandLen)
+	}
+	if strings.IndexByte(cmd, 0) >= 0 {
+		return ExecOutput{}, errorf(CodeInvalidCommand, "cmd contains a NUL character")
+	}
+	timeout, verr := execTimeout(timeoutMs)
+	if verr != nil {
+		return ExecOutput{}, verr
+	}
+	sb, err := m.running(ctx, account, id)
+	if err != nil {
+		return ExecOutput{}, err
+	}
+	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: timeout, MaxOutput: MaxExecOutput})
+}
+
+func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req runtime.ExecRequest) (ExecOutput, error) {
+	if m.cfg.Mode == ModeTest {
+		zero := 0
+		return ExecOutput{ExitCode: &zero}, nil
+	}
+	res, err := m.rt.Exec(ctx, sb.ContainerID, req)
+	if err != nil {
+		return ExecOutput{}, m.execErr(sb.ID, err)
+	}
+	return ExecOutput{
+		Stdout:          string(res.Stdout),
+		Stderr:          string(res.Stderr),
+		ExitCode:        res.ExitCode,
+		TimedOut:        res.TimedOut,
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		DurationMs:      res.Duration.Milliseconds(),
+	}, nil
+}
+
+func (m *Manager) execErr(id string, err error) error {
+	if errors.Is(err, runtime.ErrEngineUnavailable) {
+		m.engineDown(err)
+	}
+	return mapRuntimeErr(id, err)
+}
+
+// Scripts for files. They run as the sandbox user, so what may be written
+// is decided by the sandbox's own permissions, never by the backend.
+const (
+	writeScript = `p=$1; d=$(dirname -- "$p")
+[ -d "$p" ] && exit 11
+mkdir -p -- "$d" || exit 10
+cat > "$p" || exit 12`
+	readScript = `[ -e "$1" ] || exit 10
+[ -d "$1" ] && exit 11
+[ -r "$1" ] || exit 12
+cat -- "$1"`
+)
+
+// WriteFile writes content to an absolute path, creating parents.
+func (m *Manager) WriteFile(ctx context.Context, account, id, path, content string) error {
+	if err := ValidatePath(path); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(content) > MaxFileChars {
+		return errorf(CodePayloadTooLarge, "content is longer than %d characters; split the file or compress and base64-encode it", MaxFileChars)
+	}
+	sb, err := m.running(ctx, account, id)
+	if err != nil {
+		return err
+	}
+	if m.cfg.Mode == ModeTest {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if live := m.boxes[id]; live != nil {
+			if live.Files == nil {
+				live.Files = map[string]string{}
+			}
+			live.Files[path] = content
+			return m.persistLocked(live)
+		}
+		return notFound(id)
+	}
+	res, err := m.rt.Exec(ctx, sb.ContainerID, runtime.ExecRequest{
+		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
+		Stdin:     strings.NewReader(content),
+		Timeout:   60 * time.Second,
+		MaxOutput: 64 << 10,
+	})
+	if err != nil {
+		return m.execErr(id, err)
+	}
+	return fileErr(path, res, true)
+}
+
+// ReadFile reads a text file.
+func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (string, error) {
+	if err := ValidatePath(path); err != nil {
+		return "", err
+	}
+	sb, err := m.running(ctx, account, id)
+	if err != nil {
+		return "", err
+	}
+	if m.cfg.Mode == ModeTest {
+		content, ok := sb.Files[path]
+		if !ok {
+			return "", errorf(CodeFileNotFound, "file %s not found in sandbox %s", path, id)
+		}
+		return content, nil
+	}
+	res, err := m.rt.Exec(ctx, sb.ContainerID, runtime.ExecRequest{
+		Cmd:       []string{"sh", "-c", readScript, "sh", path},
+		Timeout:   60 * time.Second,
+		MaxOutput: MaxReadFileBytes,
+	})
+	if err != nil {
+		return "", m.execErr(id, err)
+	}
+	if err := fileErr(path, res, false); err != nil {
+		return "", err
+	}
+	if res.StdoutTruncated {
+		return "", errorf(CodeFileTooLarge, "file %s is larger than %d bytes; read it in parts with a command", path, MaxReadFileBytes)
+	}
+	if !utf8.Valid(res.Stdout) {
+		return "", errorf(CodeFileNotText, "file %s is not valid UTF-8 text; encode it (for example with base64) and read the encoded copy", path)
+	}
+	return string(res.Stdout), nil
+}
+
+func fileErr(path string, res runtime.ExecResult, write bool) error {
+	if res.TimedOut || res.ExitCode == nil {
+		return errorf(CodeInternal, "file operation on %s timed out", path)
+	}
+	stderr := string(bytes.TrimSpace(res.Stderr))
+	switch code := *res.ExitCode; {
+	case code == 0:
+		return nil
+	case code == 10 && !write:
+		return errorf(CodeFileNotFound, "file %s not found", path)
+	case code == 11:
+		return errorf(CodeIsADirectory, "%s is a directory", path)
+	case strings.Contains(stderr, "No space left"):
+		return errorf(CodeStorageFull, "no space left to write %s: the writable areas are /home/user and /tmp, each with a fixed size", path)
+	case code == 10 || code == 12:
+		verb := "read"
+		if write {
+			verb = "write"
+		}
+		return errorf(CodePermissionDenied, "the sandbox user (uid 10001) may not %s %s; writable areas are /home/user and /tmp", verb, path)
+	default:
+		return errorf(CodeInternal, "file operation on %s failed with exit code %d: %s", path, code, stderr)
+	}
+}
+
+// Logs returns the run-mode program's output, stdout and stderr
+// interleaved as they came.
+func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) {
+	m.mu.Lock()
+	sb := m.boxes[id]
+	if sb == nil || sb.Account != account {
+		m.mu.Unlock()
+		return "", notFound(id)
+	}
+	snap := *sb
+	m.mu.Unlock()
+	switch {
+	case m.cfg.Mode == ModeTest || snap.Status == StatusExited || snap.Status == StatusTerminated:
+		return snap.Logs, nil
+	case snap.Status == StatusPending:
+		return "", nil
+	}
+	if err := m.EngineAvailable(ctx); err != nil {
+		return "", err
+	}
+	logs, err := m.rt.Logs(ctx, snap.ContainerID, MaxLogBytes)
+	if err != nil {
+		if errors.Is(err, runtime.ErrNotFound) {
+			// It ended between the snapshot and the call: read the record again.
+			if v, gerr := m.logsOfEnded(account, id); gerr == nil {
+				return v, nil
+			}
+		}
+		return "", m.execErr(id, err)
+	}
+	return string(logs), nil
+}
+
+func (m *Manager) logsOfEnded(account, id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb := m.boxes[id]
+	if sb == nil || sb.Account != account {
+		return "", notFound(id)
+	}
+	return sb.Logs, nil
+}

@@ -1,0 +1,370 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// Start loads the records, applies expiries that fell while the backend
+// was down, and reconciles with the engine if it answers. An engine that
+// does not answer is not fatal: the API answers 503 until it does.
+func (m *Manager) Start(ctx context.Context) error {
+	boxes, err := m.st.Sandboxes()
+	if err != nil {
+		return err
+	}
+	keys, err := m.st.Idempotencies()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	m.mu.Lock()
+	for _, rec := range keys {
+		mapKey := rec.Account + "\x00" + rec.Key
+		if now.Sub(rec.CreatedAt) >= m.cfg.IdempotencyTTL {
+			_ = m.st.DeleteIdempotency(rec.Account, rec.Key)
+			continue
+		}
+		e := &idemEntry{rec: *rec, done: true}
+		m.idem[mapKey] = e
+		m.scheduleIdemExpiryLocked(mapKey, e)
+	}
+	var overdue []*store.Sandbox
+	for _, sb := range boxes {
+		m.boxes[sb.ID] = sb
+		if m.deadline(sb).After(now) {
+			m.scheduleLocked(sb)
+		} else {
+			overdue = append(overdue, sb)
+		}
+	}
+	for _, sb := range overdue {
+		m.log.Info("applying expiry that fell while the backend was down", "sandbox", sb.ID, "status", sb.Status)
+		_ = m.forgetLocked(sb)
+	}
+	m.mu.Unlock()
+
+	if m.cfg.Mode == ModeTest {
+		return nil
+	}
+	for _, sb := range overdue {
+		_ = m.removeContainer(ctx, sb)
+	}
+	if err := m.EngineAvailable(ctx); err != nil {
+		m.log.Warn("container engine unavailable at start; sandbox routes answer 503 until it is back", "err", err)
+	}
+	return nil
+}
+
+// deadline is when a record goes away: at expiry while it runs, at the end
+// of retention once it ended.
+func (m *Manager) deadline(sb *store.Sandbox) time.Time {
+	if (sb.Status == StatusExited || sb.Status == StatusTerminated) && sb.EndedAt != nil {
+		return sb.EndedAt.Add(m.cfg.Retention)
+	}
+	return sb.ExpiresAt
+}
+
+// scheduleLocked arms the one timer a record has: expiry or end of retention.
+func (m *Manager) scheduleLocked(sb *store.Sandbox) {
+	if t := m.timers[sb.ID]; t != nil {
+		t.Stop()
+	}
+	id := sb.ID
+	m.timers[id] = time.AfterFunc(max(time.Until(m.deadline(sb)), 0), func() { m.expire(id) })
+}
+
+// expire removes a sandbox whose lifetime or retention ran out: the
+// container is stopped and removed and the id answers 404.
+func (m *Manager) expire(id string) {
+	m.mu.Lock()
+	sb := m.boxes[id]
+	if sb == nil || m.ending[id] || m.deadline(sb).After(time.Now()) {
+		m.mu.Unlock()
+		return
+	}
+	m.log.Info("sandbox expired", "sandbox", id, "status", sb.Status)
+	// The container goes first, so that once the id answers 404 nothing of
+	// the sandbox runs any more; ending tells the exit watcher that this
+	// exit is our own doing. A crash in between leaves a record whose
+	// deadline has passed, which the next start applies again.
+	m.ending[id] = true
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	if err := m.removeContainer(ctx, sb); err != nil {
+		m.log.Warn("expired sandbox's container not removed; the next reconciliation removes it", "sandbox", id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.ending, id)
+	if m.boxes[id] == sb {
+		m.dropLocked(sb)
+	}
+	m.mu.Unlock()
+	if err := m.st.DeleteSandbox(id); err != nil {
+		m.log.Error("delete expired record", "sandbox", id, "err", err)
+	}
+}
+
+// watchLocked waits, in the background, for the sandbox's main process to
+// end: an event from the engine, not a poll.
+func (m *Manager) watchLocked(sb *store.Sandbox) {
+	if m.watching[sb.ID] || sb.ContainerID == "" {
+		return
+	}
+	m.watching[sb.ID] = true
+	id, cid := sb.ID, sb.ContainerID
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		exit := m.rt.Wait(m.ctx, cid)
+		m.mu.Lock()
+		delete(m.watching, id)
+		m.mu.Unlock()
+		if m.ctx.Err() != nil {
+			return
+		}
+		if exit.Err != nil {
+			m.containerGone(id, cid, exit.Err)
+			return
+		}
+		m.exited(id, cid, exit.Code)
+	}()
+}
+
+// exited records how a container's main process ended. In run mode that
+// is the result; otherwise the keepalive died (out of memory, killed) and
+// the sandbox is terminated.
+func (m *Manager) exited(id, cid string, code int) {
+	m.mu.Lock()
+	sb := m.boxes[id]
+	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
+		m.mu.Unlock() // deleted or expired: the exit is our own doing
+		return
+	}
+	runMode := sb.RunMode
+	m.mu.Unlock()
+
+	var logs []byte
+	if runMode {
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		var err error
+		logs, err = m.rt.Logs(ctx, cid, MaxLogBytes)
+		cancel()
+		if err != nil {
+			m.log.Warn("could not collect logs", "sandbox", id, "err", err)
+		}
+	}
+
+	// The container goes before the status changes: once a sandbox shows
+	// exited or terminated, nothing of it runs any more.
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	if err := m.rt.Remove(ctx, cid); err != nil {
+		m.log.Warn("ended sandbox's container not removed; the next reconciliation removes it", "sandbox", id, "err", err)
+	}
+
+	m.mu.Lock()
+	sb = m.boxes[id]
+	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
+		m.mu.Unlock()
+		return
+	}
+	if runMode {
+		c := code
+		m.endLocked(sb, StatusExited, &c, "", string(logs))
+	} else {
+		reason := fmt.Sprintf("the sandbox's main process ended with code %d", code)
+		if code == 137 {
+			reason += " (killed, for example for using more memory than its template allows)"
+		}
+		m.endLocked(sb, StatusTerminated, nil, reason, "")
+	}
+	m.mu.Unlock()
+}
+
+// containerGone handles a wait that failed: the container vanished or the
+// engine went away. Reconciliation sorts out which.
+func (m *Manager) containerGone(id, cid string, err error) {
+	m.log.Warn("lost sight of a sandbox container", "sandbox", id, "err", err)
+	if errors.Is(err, runtime.ErrEngineUnavailable) {
+		m.engineDown(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	if err := m.reconcile(ctx); err != nil {
+		m.engineDown(err)
+	}
+}
+
+// engineState tracks whether the engine answered recently.
+type engineState struct {
+	mu        sync.Mutex
+	lastOK    time.Time
+	down      bool
+	reconcile sync.Mutex
+}
+
+// engineFresh is how long a successful ping vouches for the engine.
+const engineFresh = time.Second
+
+// EngineAvailable reports, with a SERVICE_UNAVAILABLE error naming the
+// engine address, whether sandbox routes can be served. After the engine
+// was away it reconciles first, so no caller sees a stale record.
+func (m *Manager) EngineAvailable(ctx context.Context) error {
+	if m.cfg.Mode == ModeTest {
+		return nil
+	}
+	m.engine.mu.Lock()
+	fresh := !m.engine.down && !m.engine.lastOK.IsZero() && time.Since(m.engine.lastOK) < engineFresh
+	m.engine.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	m.engine.reconcile.Lock()
+	defer m.engine.reconcile.Unlock()
+
+	m.engine.mu.Lock()
+	needsReconcile := m.engine.down || m.engine.lastOK.IsZero()
+	m.engine.mu.Unlock()
+
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := m.rt.Ping(pctx); err != nil {
+		m.engineDown(err)
+		return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: the container engine at %s does not answer; retry later", m.rt.Address())
+	}
+	if needsReconcile {
+		rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer rcancel()
+		if err := m.reconcile(rctx); err != nil {
+			m.engineDown(err)
+			return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: reconciling with the container engine at %s failed: %v", m.rt.Address(), err)
+		}
+	}
+	m.engine.mu.Lock()
+	m.engine.down = false
+	m.engine.lastOK = time.Now()
+	m.engine.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) engineDown(err error) {
+	m.engine.mu.Lock()
+	wasDown := m.engine.down
+	m.engine.down = true
+	m.engine.mu.Unlock()
+	if !wasDown {
+		m.log.Warn("container engine unavailable", "address", m.rt.Address(), "err", err)
+		m.wg.Add(1)
+		go m.recoverEngine()
+	}
+}
+
+// recoverEngine waits, with backoff, for the engine to come back, so that
+// sandboxes whose containers went with it end even if nobody calls.
+func (m *Manager) recoverEngine() {
+	defer m.wg.Done()
+	wait := 200 * time.Millisecond
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if m.EngineAvailable(m.ctx) == nil {
+			m.log.Info("container engine is back", "address", m.rt.Address())
+			return
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// reconcile makes records and containers agree: containers without a live
+// record go; live records whose container is gone end; pending records
+// whose start was cut short start again.
+func (m *Manager) reconcile(ctx context.Context) error {
+	containers, err := m.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	byName := map[string]runtime.Container{}
+	for _, c := range containers {
+		byName[strings.TrimPrefix(c.Name, "/")] = c
+	}
+
+	type action struct {
+		sb      *store.Sandbox
+		c       runtime.Container
+		collect bool // exited while we were away: collect exit code and logs
+	}
+	var remove []string
+	var collect []action
+	var restart []*store.Sandbox
+
+	m.mu.Lock()
+	for _, c := range containers {
+		if c.Labels[runtime.LabelPool] != "" {
+			continue
+		}
+		sb := m.boxes[c.Labels[runtime.LabelSandboxID]]
+		if sb == nil || sb.Status == StatusExited || sb.Status == StatusTerminated {
+			remove = append(remove, c.ID)
+		}
+	}
+	for _, sb := range m.boxes {
+		c, ok := byName[containerName(sb.ID)]
+		switch sb.Status {
+		case StatusPending:
+			if m.starting[sb.ID] {
+				continue // its start is in flight
+			}
+			if ok {
+				remove = append(remove, c.ID)
+			}
+			restart = append(restart, sb)
+		case StatusRunning:
+			switch {
+			case !ok:
+				m.endLocked(sb, StatusTerminated, nil, "the sandbox's container was lost (the container engine restarted or removed it)", "")
+			case !c.Running:
+				collect = append(collect, action{sb: sb, c: c, collect: true})
+			default:
+				if sb.ContainerID != c.ID {
+					sb.ContainerID = c.ID
+					_ = m.persistLocked(sb)
+				}
+				m.watchLocked(sb)
+			}
+		}
+	}
+	m.mu.Unlock()
+
+	for _, id := range remove {
+		if err := m.rt.Remove(ctx, id); err != nil {
+			return err
+		}
+	}
+	for _, a := range collect {
+		m.exited(a.sb.ID, a.c.ID, a.c.ExitCode)
+	}
+	if len(restart) > 0 {
+		// Removal above must finish before a new container takes the name.
+		m.mu.Lock()
+		for _, sb := range restart {
+			if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
+				m.startAsyncLocked(sb)
+			}
+		}
+		m.mu.Unlock()
+	}
+	return nil
+}

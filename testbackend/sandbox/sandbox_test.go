@@ -1,0 +1,189 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// gateRuntime is an engine whose image check blocks until released, so a
+// test can hold a create in flight. Everything else is refused: these
+// tests cover the manager's own logic; the real engine is tested in the
+// api and runtime packages.
+type gateRuntime struct {
+	gate    chan struct{}
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (g *gateRuntime) Ping(context.Context) error { return nil }
+func (g *gateRuntime) Address() string            { return "fake" }
+func (g *gateRuntime) EnsureImage(ctx context.Context, _ string) error {
+	g.once.Do(func() { close(g.entered) })
+	select {
+	case <-g.gate:
+		return runtime.ErrImageUnavailable
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (g *gateRuntime) Start(context.Context, runtime.Spec) (string, error) {
+	return "", errors.New("not used")
+}
+func (g *gateRuntime) Wait(context.Context, string) runtime.Exit { return runtime.Exit{Err: io.EOF} }
+func (g *gateRuntime) Exec(context.Context, string, runtime.ExecRequest) (runtime.ExecResult, error) {
+	return runtime.ExecResult{}, errors.New("not used")
+}
+func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
+func (g *gateRuntime) Remove(context.Context, string) error              { return nil }
+func (g *gateRuntime) List(context.Context) ([]runtime.Container, error) { return nil, nil }
+func (g *gateRuntime) Close() error                                      { return nil }
+
+func newManager(t *testing.T, rt runtime.Runtime, mode string, dir string) *Manager {
+	t.Helper()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: mode, Runtime: rt, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func TestIdempotencyKeyInProgress(t *testing.T) {
+	rt := &gateRuntime{gate: make(chan struct{}), entered: make(chan struct{})}
+	m := newManager(t, rt, ModeReal, t.TempDir())
+	req := CreateRequest{Image: "example/slow:1"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Create(context.Background(), "acct", "k1", req)
+		done <- err
+	}()
+	<-rt.entered
+	_, err := m.Create(context.Background(), "acct", "k1", req)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeIdempotencyInProgress || e.RetryAfter < 1 {
+		t.Fatalf("second create while first in flight: %v", err)
+	}
+	// Another account's identical key is not blocked.
+	_, err = m.Create(context.Background(), "other", "k1", CreateRequest{Template: "nope"})
+	if !errors.As(err, &e) || e.Code != CodeUnknownTemplate {
+		t.Fatalf("other account: %v", err)
+	}
+	close(rt.gate)
+	if err := <-done; !errors.As(err, &e) || e.Code != CodeImagePullFailed {
+		t.Fatalf("first create: %v", err)
+	}
+	// The client error spent the key: it is replayed, not retried.
+	res, err := m.Create(context.Background(), "acct", "k1", req)
+	if !errors.As(err, &e) || e.Code != CodeImagePullFailed || !res.Replayed {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+}
+
+func TestIdempotencyKeysSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	m := newManager(t, nil, ModeTest, dir)
+	req := CreateRequest{Template: "python", Labels: map[string]string{"a": "b"}}
+	first, err := m.Create(context.Background(), "acct", "key", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	m2 := newManager(t, nil, ModeTest, dir)
+	again, err := m2.Create(context.Background(), "acct", "key", req)
+	if err != nil || !again.Replayed || again.Sandbox.ID != first.Sandbox.ID {
+		t.Fatalf("after restart: %+v %v", again, err)
+	}
+	_, err = m2.Create(context.Background(), "acct", "key", CreateRequest{Template: "node"})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeIdempotencyKeyReused {
+		t.Fatalf("different body after restart: %v", err)
+	}
+	// Defaults are part of the body: {} and an explicit base are the same request.
+	a, _ := m2.Create(context.Background(), "acct", "defaults", CreateRequest{})
+	b, err := m2.Create(context.Background(), "acct", "defaults", CreateRequest{Template: "base"})
+	if err != nil || !b.Replayed || a.Sandbox.ID != b.Sandbox.ID {
+		t.Fatalf("defaults: %+v %v", b, err)
+	}
+}
+
+func TestValidateCreate(t *testing.T) {
+	m := newManager(t, nil, ModeTest, t.TempDir())
+	long := strings.Repeat("k", MaxLabelKeyLen+1)
+	for name, tc := range map[string]struct {
+		req  CreateRequest
+		code string
+	}{
+		"label key too long":    {CreateRequest{Labels: map[string]string{long: "v"}}, CodeInvalidLabels},
+		"label value control":   {CreateRequest{Labels: map[string]string{"k": "a\nb"}}, CodeInvalidLabels},
+		"env NUL":               {CreateRequest{Env: map[string]string{"K": "a\x00"}}, CodeInvalidEnv},
+		"env name dash":         {CreateRequest{Env: map[string]string{"MY-VAR": "x"}}, CodeInvalidEnv},
+		"empty entrypoint":      {CreateRequest{Entrypoint: []string{""}}, CodeInvalidCommand},
+		"too many args":         {CreateRequest{Cmd: make([]string, MaxArgs+1)}, CodeInvalidCommand},
+		"image with spaces":     {CreateRequest{Image: "a b"}, CodeInvalidImage},
+		"unknown template":      {CreateRequest{Template: "gpu"}, CodeUnknownTemplate},
+		"timeout zero allowed?": {CreateRequest{TimeoutMs: ptr(int64(0))}, CodeInvalidTimeout},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := m.Create(context.Background(), "acct", "", tc.req)
+			var e *Error
+			if !errors.As(err, &e) || e.Code != tc.code {
+				t.Fatalf("got %v, want %s", err, tc.code)
+			}
+		})
+	}
+	for _, ok := range []CreateRequest{
+		{TimeoutMs: ptr(int64(MinTimeoutMs))},
+		{TimeoutMs: ptr(int64(MaxTimeoutMs))},
+		{Image: "nginx:1.27", Labels: map[string]string{"terraform_workspace": "default", "team/app.name-1": "x"}},
+		{Env: map[string]string{"_X1": "é ✓"}},
+	} {
+		if _, err := m.Create(context.Background(), "acct", "", ok); err != nil {
+			t.Errorf("%+v rejected: %v", ok, err)
+		}
+	}
+}
+
+func TestExpiryAndRetentionInTestMode(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeTest, Store: st, Retention: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	short, _ := m.Create(context.Background(), "acct", "", CreateRequest{TimeoutMs: ptr(int64(MinTimeoutMs))})
+	job, _ := m.Create(context.Background(), "acct", "", CreateRequest{Run: true})
+	if _, err := m.Get("acct", job.Sandbox.ID); err != nil {
+		t.Fatal("exited job not readable right away")
+	}
+	time.Sleep(1500 * time.Millisecond)
+	for _, id := range []string{short.Sandbox.ID, job.Sandbox.ID} {
+		var e *Error
+		if _, err := m.Get("acct", id); !errors.As(err, &e) || e.Code != CodeNotFound {
+			t.Errorf("%s still there: %v", id, err)
+		}
+	}
+	recs, _ := st.Sandboxes()
+	if len(recs) != 0 {
+		t.Errorf("%d records left on disk", len(recs))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,183 @@
+// Package store persists the test backend's records: sandboxes and
+// idempotency keys, one JSON file each, written atomically so a crash at
+// any point leaves either the old or the new record, never half of one.
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID                string            `json:"id"`
+	Account           string            `json:"account"`
+	Status            string            `json:"status"`
+	Template          string            `json:"template"`
+	Image             string            `json:"image"`
+	CreatedAt         time.Time         `json:"createdAt"`
+	TimeoutMs         int64             `json:"timeoutMs"`
+	ExpiresAt         time.Time         `json:"expiresAt"`
+	RunMode           bool              `json:"runMode"`
+	Entrypoint        []string          `json:"entrypoint,omitempty"`
+	Cmd               []string          `json:"cmd,omitempty"`
+	Env               map[string]string `json:"env,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	ExitCode          *int              `json:"exitCode,omitempty"`
+	EndedAt           *time.Time        `json:"endedAt,omitempty"`
+	TerminationReason string            `json:"terminationReason,omitempty"`
+	ContainerID       string            `json:"containerId,omitempty"`
+	Logs              string            `json:"logs,omitempty"`
+	// Files holds written files in test mode, where there is no container.
+	Files map[string]string `json:"files,omitempty"`
+}
+
+// Idempotency remembers what a create with an Idempotency-Key produced.
+type Idempotency struct {
+	Account     string    `json:"account"`
+	Key         string    `json:"key"`
+	RequestHash string    `json:"requestHash"`
+	SandboxID   string    `json:"sandboxId,omitempty"`
+	Status      int       `json:"status"`
+	Body        []byte    `json:"body,omitempty"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+// Store is a directory of records. It keeps nothing in memory: the caller
+// owns the live state and serialises writes to the same record.
+type Store struct {
+	dir string
+}
+
+const (
+	sandboxDir     = "sandboxes"
+	idempotencyDir = "idempotency"
+)
+
+// Open creates the directory layout if needed.
+func Open(dir string) (*Store, error) {
+	for _, sub := range []string{sandboxDir, idempotencyDir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's root directory.
+func (s *Store) Dir() string { return s.dir }
+
+// PutSandbox writes the record atomically.
+func (s *Store) PutSandbox(sb *Sandbox) error {
+	if !safeName(sb.ID) {
+		return fmt.Errorf("store: bad sandbox id %q", sb.ID)
+	}
+	return writeJSON(filepath.Join(s.dir, sandboxDir, sb.ID+".json"), sb)
+}
+
+// DeleteSandbox removes the record; a missing record is not an error.
+func (s *Store) DeleteSandbox(id string) error {
+	if !safeName(id) {
+		return fmt.Errorf("store: bad sandbox id %q", id)
+	}
+	return removeFile(filepath.Join(s.dir, sandboxDir, id+".json"))
+}
+
+// Sandboxes loads every sandbox record.
+func (s *Store) Sandboxes() ([]*Sandbox, error) {
+	var out []*Sandbox
+	err := readAll(filepath.Join(s.dir, sandboxDir), func() any { sb := &Sandbox{}; out = append(out, sb); return sb })
+	return out, err
+}
+
+// PutIdempotency writes the key's record atomically.
+func (s *Store) PutIdempotency(rec *Idempotency) error {
+	return writeJSON(s.idempotencyPath(rec.Account, rec.Key), rec)
+}
+
+// DeleteIdempotency removes the key's record.
+func (s *Store) DeleteIdempotency(account, key string) error {
+	return removeFile(s.idempotencyPath(account, key))
+}
+
+// Idempotencies loads every idempotency record.
+func (s *Store) Idempotencies() ([]*Idempotency, error) {
+	var out []*Idempotency
+	err := readAll(filepath.Join(s.dir, idempotencyDir), func() any { r := &Idempotency{}; out = append(out, r); return r })
+	return out, err
+}
+
+// Keys are client input: the file name is a hash, never the key itself.
+func (s *Store) idempotencyPath(account, key string) string {
+	sum := sha256.Sum256([]byte(account + "\x00" + key))
+	return filepath.Join(s.dir, idempotencyDir, hex.EncodeToString(sum[:])+".json")
+}
+
+func safeName(id string) bool {
+	return id != "" && len(id) < 128 && !strings.ContainsAny(id, "/\\\x00") && id != "." && id != ".."
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("store: encode %s: %w", filepath.Base(path), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("store: write %s: %w", filepath.Base(path), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("store: sync %s: %w", filepath.Base(path), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("store: rename %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// readAll decodes every *.json file in dir into a fresh value from next.
+// A file that does not decode is reported, not skipped: losing a record
+// silently would leak its container.
+func readAll(dir string, next func() any) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if err := json.Unmarshal(data, next()); err != nil {
+			return fmt.Errorf("store: decode %s: %w", name, err)
+		}
+	}
+	return nil
+}
