@@ -116,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 
 	if cfg.Mode == sandbox.ModeReal {
+		if err := checkFirewall(ctx, cfg.Network); err != nil {
+			return nil, err
+		}
 		b.rt, err = runtime.NewDocker(runtime.DockerOptions{
 			Host:        cfg.DockerHost,
 			RuntimeName: cfg.Runtime,
