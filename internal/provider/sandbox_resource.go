@@ -463,6 +463,12 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 			resp.Diagnostics.AddError("Error creating sandbox", detail)
 			return
 		}
+		if client.IsNotFound(err) {
+			resp.Diagnostics.AddError("Error creating sandbox",
+				fmt.Sprintf("Sandbox %s disappeared before it was ready (last status %q); with timeout_ms = %d it may have expired already. %s",
+					sbx.ID, sbx.Status, plan.TimeoutMs.ValueInt64(), apiErrorDetail("", err)))
+			return
+		}
 		// Keep what was made in state: Terraform marks it tainted, so the
 		// next apply replaces it instead of leaking it.
 		sandboxModelFromAPI(ctx, &plan, sbx, nil, &resp.Diagnostics)
