@@ -215,3 +215,42 @@ func TestDevTokenIsCreatedOnce(t *testing.T) {
 		t.Fatalf("dev token rejected: %d", r.status)
 	}
 }
+
+// TestSmallDisk runs with a 3 MiB home so that a full disk is cheap to
+// reach: the write fails with STORAGE_FULL and the sandbox keeps working.
+func TestSmallDisk(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{HomeBytes: 3 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := newClient(t, b.URL())
+	id := c.running(tokA, map[string]any{}).ID
+	path := "/sandboxes/" + id + "/files"
+	chunk := strings.Repeat("é", 1_000_000) // 2 MB
+	if r := c.do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": chunk}, nil); r.status != 200 {
+		t.Fatalf("first write: %d %+v", r.status, r.env.Error)
+	}
+	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/b", "content": chunk}, nil), 507, "STORAGE_FULL")
+	// A failed write loses nothing: no partial file, the old content intact.
+	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": strings.Repeat("ü", 999_999)}, nil), 507, "STORAGE_FULL")
+	if got := decodeData[struct{ Content string }](t, c.do("GET", path+"?path=/home/user/a", tokA, nil, nil)); got.Content != chunk {
+		t.Fatalf("old content damaged by a failed write (%d bytes)", len(got.Content))
+	}
+	if out := c.command(tokA, id, "ls -A /home/user"); out.Stdout != "a\n" {
+		t.Fatalf("leftovers after failed writes: %q", out.Stdout)
+	}
+	if out := c.command(tokA, id, "df -k /home/user | tail -1 | awk '{print $2}'"); strings.TrimSpace(out.Stdout) != "3072" {
+		t.Errorf("home size = %q KiB, want 3072", out.Stdout)
+	}
+	// /tmp has its own size; a file over the read limit is refused, not truncated.
+	if out := c.command(tokA, id, "head -c 9000000 /dev/zero | tr '\\0' a > /tmp/big && echo ok"); out.Stdout != "ok\n" {
+		t.Fatalf("make big file: %+v", out)
+	}
+	expectErr(t, c.do("GET", path+"?path=/tmp/big", tokA, nil, nil), 413, "FILE_TOO_LARGE")
+	if out := c.command(tokA, id, "echo alive"); out.Stdout != "alive\n" {
+		t.Fatalf("sandbox after full disk: %+v", out)
+	}
+	c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+}

@@ -149,10 +149,15 @@ func (m *Manager) execErr(id string, err error) error {
 // Scripts for files. They run as the sandbox user, so what may be written
 // is decided by the sandbox's own permissions, never by the backend.
 const (
+	// The content goes to a temporary file that replaces the target only
+	// when complete: a full disk never leaves half a file behind or eats
+	// the old one, and a symlink at the path is replaced, not followed.
 	writeScript = `p=$1; d=$(dirname -- "$p")
 [ -d "$p" ] && exit 11
 mkdir -p -- "$d" || exit 10
-cat > "$p" || exit 12`
+t="$d/.rarecloud-write.$$"
+if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
+mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 	readScript = `[ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
 [ -r "$1" ] || exit 12
