@@ -48,7 +48,9 @@ type Config struct {
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
-	Logger    *slog.Logger
+	// PoolSize is how many warm containers each template keeps ready; 0 for none.
+	PoolSize int
+	Logger   *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -137,6 +139,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		Retention: cfg.Retention,
 		HomeBytes: cfg.HomeBytes,
 		TmpBytes:  cfg.TmpBytes,
+		PoolSize:  cfg.PoolSize,
 		Logger:    cfg.Logger,
 	})
 	if err != nil {

@@ -345,6 +345,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		User:         SandboxUser,
 		WorkingDir:   SandboxHome,
 		Cmd:          argv,
+		Env:          envList(req.Env),
 		AttachStdin:  req.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,

@@ -51,10 +51,11 @@ type Spec struct {
 // ExecRequest is one process run inside a running container as the
 // sandbox user (uid 10001) in /home/user.
 type ExecRequest struct {
-	Cmd       []string      // argv; the caller wraps shell commands in sh -c
-	Stdin     io.Reader     // optional
-	Timeout   time.Duration // killed after this; 0 means no limit
-	MaxOutput int           // per stream; output beyond it is drained and dropped
+	Cmd       []string          // argv; the caller wraps shell commands in sh -c
+	Stdin     io.Reader         // optional
+	Env       map[string]string // added to the container's environment; a claimed warm container gets its sandbox's env this way
+	Timeout   time.Duration     // killed after this; 0 means no limit
+	MaxOutput int               // per stream; output beyond it is drained and dropped
 }
 
 // ExecResult is what came back. ExitCode is nil when the process was killed

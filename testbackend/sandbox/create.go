@@ -202,13 +202,27 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var claimed string
+	if m.cfg.Mode == ModeReal {
+		if claimed = m.claimLocked(tpl, req, image); claimed != "" {
+			sb.Status, sb.ContainerID = StatusRunning, claimed
+		}
+	}
 	if err := m.persistLocked(sb); err != nil {
+		if claimed != "" {
+			go func() { _ = m.rt.Remove(context.Background(), claimed) }()
+		}
 		return CreateResult{}, err
 	}
 	m.boxes[sb.ID] = sb
 	m.scheduleLocked(sb)
-	if sb.Status == StatusPending {
+	switch sb.Status {
+	case StatusPending:
 		m.startAsyncLocked(sb)
+	case StatusRunning:
+		if claimed != "" {
+			m.watchLocked(sb)
+		}
 	}
 	return CreateResult{Sandbox: view(sb)}, nil
 }

@@ -84,7 +84,7 @@ func (m *Manager) RunCode(ctx context.Context, account, id, language, code strin
 	if tpl := m.templates[sb.Template]; sb.Image == tpl.Image && !tpl.hasLanguage(language) {
 		return ExecOutput{}, errorf(CodeLanguageNotAvailable, "template %s has no %s runtime; create the sandbox from a template that has it (%s)", sb.Template, language, strings.Join(m.templatesWith(language), ", "))
 	}
-	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Timeout: timeout, MaxOutput: MaxExecOutput})
+	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
 }
 
 func (m *Manager) templatesWith(language string) []string {
@@ -116,7 +116,7 @@ func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutM
 	if err != nil {
 		return ExecOutput{}, err
 	}
-	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: timeout, MaxOutput: MaxExecOutput})
+	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
 }
 
 func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req runtime.ExecRequest) (ExecOutput, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,16 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.log.Warn("container engine unavailable at start; sandbox routes answer 503 until it is back", "err", err)
 	}
 	return nil
+}
+
+// fillPools tops up every template's warm pool; reconciliation calls it
+// once records and containers agree.
+func (m *Manager) fillPools() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, name := range m.order {
+		m.refillLocked(name)
+	}
 }
 
 // deadline is when a record goes away: at expiry while it runs, at the end
@@ -297,8 +308,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		return err
 	}
 	byName := map[string]runtime.Container{}
+	byID := map[string]runtime.Container{}
 	for _, c := range containers {
 		byName[strings.TrimPrefix(c.Name, "/")] = c
+		byID[c.ID] = c
 	}
 
 	type action struct {
@@ -311,8 +324,21 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	var restart []*store.Sandbox
 
 	m.mu.Lock()
+	claimed := map[string]bool{}
+	for _, sb := range m.boxes {
+		if sb.ContainerID != "" {
+			claimed[sb.ContainerID] = true
+		}
+	}
 	for _, c := range containers {
-		if c.Labels[runtime.LabelPool] != "" {
+		if tpl := c.Labels[runtime.LabelPool]; tpl != "" {
+			// Warm containers: keep the claimed ones, the ones this pool
+			// holds and still runs, and the ones being started.
+			p := m.pools[tpl]
+			if claimed[c.ID] || (p != nil && (p.names[strings.TrimPrefix(c.Name, "/")] || (c.Running && slices.Contains(p.ready, c.ID)))) {
+				continue
+			}
+			remove = append(remove, c.ID)
 			continue
 		}
 		sb := m.boxes[c.Labels[runtime.LabelSandboxID]]
@@ -320,8 +346,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			remove = append(remove, c.ID)
 		}
 	}
+	for _, p := range m.pools {
+		p.ready = slices.DeleteFunc(p.ready, func(id string) bool { c, ok := byID[id]; return !ok || !c.Running })
+	}
 	for _, sb := range m.boxes {
-		c, ok := byName[containerName(sb.ID)]
+		c, ok := byID[sb.ContainerID]
+		if !ok || sb.ContainerID == "" {
+			c, ok = byName[containerName(sb.ID)]
+		}
 		switch sb.Status {
 		case StatusPending:
 			if m.starting[sb.ID] {
@@ -356,15 +388,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	for _, a := range collect {
 		m.exited(a.sb.ID, a.c.ID, a.c.ExitCode)
 	}
-	if len(restart) > 0 {
-		// Removal above must finish before a new container takes the name.
-		m.mu.Lock()
-		for _, sb := range restart {
-			if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
-				m.startAsyncLocked(sb)
-			}
+	// Removal above must finish before a new container takes the name.
+	m.mu.Lock()
+	for _, sb := range restart {
+		if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
+			m.startAsyncLocked(sb)
 		}
-		m.mu.Unlock()
 	}
+	m.mu.Unlock()
+	m.fillPools()
 	return nil
 }

@@ -51,6 +51,8 @@ type Config struct {
 	TmpBytes  int64
 	// MaxProcs is the process limit of the sandbox user; default 512.
 	MaxProcs int64
+	// PoolSize is how many warm containers each template keeps; 0 for none.
+	PoolSize int
 	Logger   *slog.Logger
 }
 
@@ -74,6 +76,9 @@ type Manager struct {
 	starting map[string]bool
 	ending   map[string]bool // expiring: their container is being removed
 	idem     map[string]*idemEntry
+	pools    map[string]*warmPool
+	// poolChanged is closed and replaced whenever a pool gains a container.
+	poolChanged chan struct{}
 
 	engine engineState
 }
@@ -126,6 +131,9 @@ func New(cfg Config) (*Manager, error) {
 		starting:  map[string]bool{},
 		ending:    map[string]bool{},
 		idem:      map[string]*idemEntry{},
+		pools:     map[string]*warmPool{},
+
+		poolChanged: make(chan struct{}),
 	}
 	for _, t := range cfg.Templates {
 		m.templates[t.Name] = t
@@ -295,6 +303,12 @@ func (m *Manager) dropLocked(sb *store.Sandbox) {
 func (m *Manager) removeContainer(ctx context.Context, sb *store.Sandbox) error {
 	if m.rt == nil {
 		return nil
+	}
+	if sb.ContainerID != "" {
+		// A claimed warm container has a pool name, not the sandbox's.
+		if err := m.rt.Remove(ctx, sb.ContainerID); err != nil && !errors.Is(err, runtime.ErrEngineUnavailable) {
+			return errorf(CodeInternal, "could not remove the container of sandbox %s: %v", sb.ID, err)
+		}
 	}
 	if err := m.rt.Remove(ctx, containerName(sb.ID)); err != nil {
 		if errors.Is(err, runtime.ErrEngineUnavailable) {

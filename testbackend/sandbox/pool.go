@@ -1,0 +1,135 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// A warm pool keeps started, locked-down containers per template, so a
+// create from a template answers with a running sandbox at once. A pooled
+// container carries no sandbox's data: env travels with each exec, and a
+// container is never handed out twice. Pool members are not records, so
+// they are neither listed nor billed.
+type warmPool struct {
+	ready   []string // container ids, oldest first
+	filling int
+	names   map[string]bool // containers being started, which reconciliation must leave alone
+	backoff time.Duration   // after a failed start, wait before trying again
+}
+
+// claimLocked takes a warm container for the request, or returns "".
+func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) string {
+	p := m.pools[tpl.Name]
+	if p == nil || len(p.ready) == 0 || image != tpl.Image || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 {
+		return ""
+	}
+	cid := p.ready[0]
+	p.ready = p.ready[1:]
+	m.refillLocked(tpl.Name)
+	return cid
+}
+
+// refillLocked starts containers until the template's pool is full.
+func (m *Manager) refillLocked(template string) {
+	if m.cfg.PoolSize <= 0 || m.cfg.Mode != ModeReal || m.ctx.Err() != nil {
+		return
+	}
+	p := m.pools[template]
+	if p == nil {
+		p = &warmPool{names: map[string]bool{}}
+		m.pools[template] = p
+	}
+	for len(p.ready)+p.filling < m.cfg.PoolSize {
+		p.filling++
+		spec := m.poolSpec(template)
+		p.names[spec.Name] = true
+		wait := p.backoff
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-m.ctx.Done():
+				}
+			}
+			cid, err := m.rt.Start(m.ctx, spec)
+			m.poolStarted(template, spec.Name, cid, err)
+		}()
+	}
+}
+
+func (m *Manager) poolStarted(template, name, cid string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pools[template]
+	p.filling--
+	if err != nil || m.ctx.Err() != nil {
+		delete(p.names, name)
+		if m.ctx.Err() == nil {
+			m.log.Warn("warm pool: container did not start", "template", template, "err", err)
+			p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
+		}
+		go func() { _ = m.rt.Remove(context.Background(), name) }()
+		if m.ctx.Err() == nil {
+			m.refillLocked(template)
+		}
+		return
+	}
+	delete(p.names, name)
+	p.backoff = 0
+	p.ready = append(p.ready, cid)
+	m.poolNotifyLocked()
+}
+
+func (m *Manager) poolSpec(template string) runtime.Spec {
+	spec := m.specFor(&store.Sandbox{ID: "pool", Template: template, Image: m.templates[template].Image})
+	spec.Name = "rarecloud-pool-" + newID()[4:]
+	spec.Labels = map[string]string{runtime.LabelPool: template}
+	return spec
+}
+
+// PoolReady reports how many warm containers a template has, for tests
+// and the benchmark.
+func (m *Manager) PoolReady(template string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.pools[template]; p != nil {
+		return len(p.ready)
+	}
+	return 0
+}
+
+// WaitPoolFull blocks until every template's pool is full or ctx ends.
+func (m *Manager) WaitPoolFull(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		full := true
+		if m.cfg.PoolSize > 0 && m.cfg.Mode == ModeReal {
+			for _, name := range m.order {
+				if p := m.pools[name]; p == nil || len(p.ready) < m.cfg.PoolSize {
+					full = false
+				}
+			}
+		}
+		changed := m.poolChanged
+		m.mu.Unlock()
+		if full {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// poolNotifyLocked wakes WaitPoolFull: an event, not a poll.
+func (m *Manager) poolNotifyLocked() {
+	close(m.poolChanged)
+	m.poolChanged = make(chan struct{})
+}
