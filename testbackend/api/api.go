@@ -156,12 +156,6 @@ func apiErr(code, format string, args ...any) *sandbox.Error {
 	return &sandbox.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// route is a matched request: the handler and the path parameters.
-type route struct {
-	handler func(w http.ResponseWriter, r *http.Request, c *call)
-	allow   string
-}
-
 // call carries what a handler needs beyond the request.
 type call struct {
 	account string
@@ -181,6 +175,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "duration", time.Since(start))
 	}()
 
+	if r.URL.Path == "/healthz" {
+		s.health(w, r)
+		return
+	}
 	c := &call{}
 	handlers, ok := s.match(r.URL.Path, c)
 	if !ok {
@@ -356,4 +354,24 @@ func typeName(kind string) string {
 		return "an integer"
 	}
 	return kind
+}
+
+// health answers GET /healthz without a token: whether the engine answers
+// and how many warm containers each template has. It names no sandbox and
+// no account.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		s.writeErr(w, apiErr(CodeMethodNotAllowed, "%s is not allowed on /healthz; allowed: GET", r.Method))
+		return
+	}
+	if err := s.mgr.EngineAvailable(r.Context()); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	pool := map[string]int{}
+	for _, t := range s.mgr.Templates() {
+		pool[t.Name] = s.mgr.PoolReady(t.Name)
+	}
+	s.writeData(w, http.StatusOK, map[string]any{"mode": s.mgr.Mode(), "pool": pool})
 }

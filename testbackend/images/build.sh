@@ -131,6 +131,7 @@ mmdebstrap \
 	--aptopt='APT::Install-Recommends "false"' \
 	--aptopt='APT::Install-Suggests "false"' \
 	--aptopt='Acquire::Languages "none"' \
+	--dpkgopt='force-unsafe-io' \
 	--dpkgopt='path-exclude=/usr/share/man/*' \
 	--dpkgopt='path-exclude=/usr/share/info/*' \
 	--dpkgopt='path-exclude=/usr/share/doc/*' \
