@@ -619,37 +619,34 @@ func TestAccSandbox_errors(t *testing.T) {
 	})
 }
 
-// TestAccSandbox_importErrors: import of a sandbox that does not exist or
-// belongs to another account.
+// TestAccSandbox_importOtherAccount: account B cannot import account A's
+// sandbox; for B it does not exist.
 func TestAccSandbox_importOtherAccount(t *testing.T) {
 	var id string
+	const mine = `resource "rarecloud_sandbox" "mine" {}`
 	resource.ParallelTest(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             testAccCheckSandboxDestroyed,
 		Steps: []resource.TestStep{
 			{
-				Config: `resource "rarecloud_sandbox" "mine" {}`,
+				Config: mine,
 				Check:  sandboxID("rarecloud_sandbox.mine", &id),
 			},
 			{
-				// Account B imports account A's sandbox: it does not exist for B.
-				Config:            `resource "rarecloud_sandbox" "mine" {}` + "\n" + `resource "rarecloud_sandbox" "theirs" { provider = rarecloud.b }` + providerAlias("b", tokenB),
+				// The import runs in a working directory of its own, whose
+				// provider uses account B's token. (Provider aliases cannot be
+				// used for this: in-process providers share one configuration.)
+				Config:            providerBlock(tokenB) + `resource "rarecloud_sandbox" "theirs" {}`,
 				ResourceName:      "rarecloud_sandbox.theirs",
 				ImportState:       true,
 				ImportStateIdFunc: func(*terraform.State) (string, error) { return id, nil },
 				ExpectError:       expectErr("Cannot import non-existent remote object"),
 			},
+			{
+				Config:           mine,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
 		},
 	})
-}
-
-func providerAlias(alias, token string) string {
-	return fmt.Sprintf(`
-provider "rarecloud" {
-  alias = %q
-  api   = %q
-  token = %q
-}
-`, alias, acc.url, token)
 }
