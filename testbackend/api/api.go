@@ -175,7 +175,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "duration", time.Since(start))
 	}()
 
-	if r.URL.Path == "/healthz" {
+	if r.URL.Path == "/v1/health" {
 		s.health(w, r)
 		return
 	}
@@ -356,13 +356,13 @@ func typeName(kind string) string {
 	return kind
 }
 
-// health answers GET /healthz without a token: whether the engine answers
+// health answers GET /v1/health without a token: whether the engine answers
 // and how many warm containers each template has. It names no sandbox and
 // no account.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		s.writeErr(w, apiErr(CodeMethodNotAllowed, "%s is not allowed on /healthz; allowed: GET", r.Method))
+		s.writeErr(w, apiErr(CodeMethodNotAllowed, "%s is not allowed on /v1/health; allowed: GET", r.Method))
 		return
 	}
 	if err := s.mgr.EngineAvailable(r.Context()); err != nil {

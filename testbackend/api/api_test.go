@@ -43,6 +43,19 @@ func TestTemplates(t *testing.T) {
 	}
 }
 
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	r := c.do("GET", "/health", "", nil, nil)
+	got := decodeData[struct {
+		Mode string         `json:"mode"`
+		Pool map[string]int `json:"pool"`
+	}](t, r)
+	if r.status != 200 || got.Mode != "real" || len(got.Pool) != 3 {
+		t.Fatalf("health: %d %+v", r.status, got)
+	}
+}
+
 func TestAuthAndScopes(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)

@@ -185,6 +185,7 @@ func TestNoEngineAnswers503(t *testing.T) {
 			t.Errorf("%s %s: 503 without Retry-After", probe.method, probe.path)
 		}
 	}
+	expectErr(t, c.do("GET", "/health", "", nil, nil), http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
 	// Auth still comes first.
 	expectErr(t, c.do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
 }

@@ -528,12 +528,12 @@ func (b *backend) client() *client.Client {
 }
 
 // waitPool waits until every template has at least want warm containers,
-// as the backend's /healthz reports them.
+// as the backend's /v1/health reports them.
 func (b *backend) waitPool(ctx context.Context, want int) error {
 	if want <= 0 {
 		return nil
 	}
-	healthURL := strings.TrimSuffix(b.url, "/v1") + "/healthz"
+	healthURL := b.url + "/health"
 	deadline := time.Now().Add(5 * time.Minute)
 	wait := 10 * time.Millisecond
 	var last map[string]int
