@@ -325,7 +325,7 @@ func (c *Client) attempt(ctx context.Context, req request, target string, body [
 		"url":     target,
 		"attempt": attempt + 1,
 		"headers": redactHeaders(hreq.Header),
-		"body":    logBody(body),
+		"body":    logBody(redactBody(body)),
 	})
 	if info := callInfo(ctx); info != nil {
 		info.Attempts.Add(1)
@@ -456,6 +456,35 @@ func redactHeaders(h http.Header) map[string]string {
 			}
 		}
 		out[k] = val
+	}
+	return out
+}
+
+// redactBody hides the values of a request's env map: they are secrets
+// the API itself never returns.
+func redactBody(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`"env"`)) {
+		return b
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return b
+	}
+	var env map[string]string
+	if err := json.Unmarshal(m["env"], &env); err != nil || len(env) == 0 {
+		return b
+	}
+	for k := range env {
+		env[k] = "[REDACTED]"
+	}
+	red, err := json.Marshal(env)
+	if err != nil {
+		return b
+	}
+	m["env"] = red
+	out, err := json.Marshal(m)
+	if err != nil {
+		return b
 	}
 	return out
 }

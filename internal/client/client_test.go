@@ -713,3 +713,28 @@ func TestWaitHelpers(t *testing.T) {
 		t.Fatalf("WaitSandbox on a deleted sandbox: %v", err)
 	}
 }
+
+func TestLogsRedactEnvValues(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body CreateSandboxRequest
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if body.Env["DB_PASSWORD"] != "hunter2-secret" {
+			t.Errorf("the API got env %v", body.Env)
+		}
+		writeJSON(w, 201, okBody(sandboxJSON))
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv, Config{})
+	var buf bytes.Buffer
+	ctx := tflogtest.RootLogger(context.Background(), &buf)
+	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Template: "python", Env: map[string]string{"DB_PASSWORD": "hunter2-secret"}}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if strings.Contains(out, "hunter2-secret") {
+		t.Fatalf("an env value leaked into the logs:\n%s", out)
+	}
+	if !strings.Contains(out, "DB_PASSWORD") || !strings.Contains(out, "[REDACTED]") {
+		t.Errorf("the env key should be logged with its value redacted:\n%s", out)
+	}
+}
