@@ -80,6 +80,9 @@ type DockerOptions struct {
 	// DNS servers for sandboxes (HostConfig.DNS). Optional; see the package
 	// notes in README about DNS on the sandbox network.
 	DNS []string
+	// Agent is the host path of the rarecloud-agent binary: "" means
+	// DefaultAgentPath when it exists, AgentNone turns the agent off.
+	Agent string
 }
 
 // Docker is a Runtime backed by a Docker engine.
@@ -91,6 +94,11 @@ type Docker struct {
 	pull     string
 	instance string
 	dns      []string
+
+	agentPath string // host path of the agent binary; "" runs a shell keepalive and execs through the engine
+	sessMu    sync.Mutex
+	sessions  map[string]*agentSession // by container id
+	noAgent   map[string]bool          // containers known to have no agent
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -141,6 +149,10 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		pull:     pull,
 		instance: opts.Instance,
 		dns:      append([]string(nil), opts.DNS...),
+
+		agentPath: resolveAgent(opts.Agent),
+		sessions:  map[string]*agentSession{},
+		noAgent:   map[string]bool{},
 	}, nil
 }
 
@@ -151,7 +163,10 @@ func (d *Docker) Address() string { return d.host }
 func (d *Docker) Instance() string { return d.instance }
 
 // Close releases the engine client.
-func (d *Docker) Close() error { return d.cli.Close() }
+func (d *Docker) Close() error {
+	d.closeSessions()
+	return d.cli.Close()
+}
 
 // Ping checks that the engine answers within ctx.
 func (d *Docker) Ping(ctx context.Context) error {
@@ -269,6 +284,9 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 			NanoCPUs: spec.NanoCPUs,
 		},
 	}
+	if !spec.RunMode && d.agentPath != "" {
+		d.useAgent(cfg, hc)
+	}
 	if d.network != NetworkNone && len(d.dns) > 0 {
 		hc.DNS = d.dns
 	}
@@ -332,6 +350,11 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	var res ExecResult
 	if len(req.Cmd) == 0 {
 		return res, errors.New("runtime: exec: empty command")
+	}
+	if s, ok, err := d.session(ctx, id); err != nil {
+		return res, err
+	} else if ok {
+		return d.execAgent(ctx, id, s, req)
 	}
 	argv := req.Cmd
 	if req.Timeout > 0 {

@@ -275,7 +275,9 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 	switch {
 	case m.cfg.Mode == ModeTest || snap.Status == StatusExited || snap.Status == StatusTerminated:
 		return snap.Logs, nil
-	case snap.Status == StatusPending:
+	case snap.Status == StatusPending || !snap.RunMode:
+		// Only run mode has a program of its own; a sandbox that waits
+		// for commands has no output but theirs.
 		return "", nil
 	}
 	if err := m.EngineAvailable(ctx); err != nil {

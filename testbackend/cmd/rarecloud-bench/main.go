@@ -223,7 +223,7 @@ var floorOrder = []string{
 // measureFloor does the work with the Docker API alone: no HTTP, no
 // records, the same runtime settings.
 func measureFloor(ctx context.Context, o options) (map[string]*row, error) {
-	d, err := rt.NewDocker(rt.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never"})
+	d, err := rt.NewDocker(rt.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: rt.AgentNone})
 	if err != nil {
 		return nil, err
 	}

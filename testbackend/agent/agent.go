@@ -1,0 +1,193 @@
+// Package agent is the small process that runs as a sandbox's main
+// process and runs commands for the backend. It talks only over its own
+// stdin and stdout, which the engine attaches to the backend: nothing in
+// the sandbox can reach the backend any other way, and the agent runs as
+// the sandbox user like everything else in it. It saves the engine's exec
+// machinery (a new runtime process per command) on every call.
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Protocol answers a ping; the backend refuses another version.
+const Protocol = "rarecloud-agent/1"
+
+// Request is one process to run. Lines of JSON, one request each.
+type Request struct {
+	ID uint64 `json:"id"`
+	// Ping asks for the protocol version instead of running anything.
+	Ping      bool     `json:"ping,omitempty"`
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`
+	Dir       string   `json:"dir,omitempty"`
+	Stdin     []byte   `json:"stdin,omitempty"`
+	TimeoutMs int64    `json:"timeoutMs,omitempty"`
+	MaxOutput int      `json:"maxOutput,omitempty"`
+}
+
+// Response answers one request.
+type Response struct {
+	ID              uint64 `json:"id"`
+	Protocol        string `json:"protocol,omitempty"`
+	Stdout          []byte `json:"stdout,omitempty"`
+	Stderr          []byte `json:"stderr,omitempty"`
+	ExitCode        *int   `json:"exitCode"`
+	TimedOut        bool   `json:"timedOut,omitempty"`
+	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	DurationUs      int64  `json:"durationUs"`
+	// Error is set when the process could not be started at all.
+	Error string `json:"error,omitempty"`
+	// NotFound is set when the program does not exist (exit code 127 in a shell).
+	NotFound bool `json:"notFound,omitempty"`
+}
+
+// MaxLine bounds one request line: a file write of 1,000,000 characters
+// is at most 4 MB, and base64 makes that 5.4 MB.
+const MaxLine = 16 << 20
+
+// Serve reads requests from in and writes responses to out until in ends.
+// Each request runs in its own goroutine; responses go out as they finish.
+func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	send := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(v)
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), MaxLine)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for sc.Scan() {
+		var req Request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			send(Response{Error: "bad request: " + err.Error()})
+			continue
+		}
+		if req.Ping {
+			send(Response{ID: req.ID, Protocol: Protocol})
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(run(ctx, req))
+		}()
+	}
+	return sc.Err()
+}
+
+// run runs one process in its own process group, so a timeout kills
+// everything it started.
+func run(ctx context.Context, req Request) Response {
+	res := Response{ID: req.ID}
+	if len(req.Argv) == 0 {
+		res.Error = "empty argv"
+		return res
+	}
+	path, err := exec.LookPath(req.Argv[0])
+	if err != nil {
+		res.Error = err.Error()
+		res.NotFound = true
+		return res
+	}
+	cmd := &exec.Cmd{Path: path, Args: req.Argv, Dir: req.Dir, Env: append(os.Environ(), req.Env...)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A background process (`server &`) may keep running after the
+	// command returns, as with an engine exec; it must not hold the answer
+	// back by keeping the output pipes open.
+	cmd.WaitDelay = 250 * time.Millisecond
+	stdout := &capped{max: req.MaxOutput}
+	stderr := &capped{max: req.MaxOutput}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if req.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	start := time.Now()
+	if err := register(cmd.Start, func() int { return cmd.Process.Pid }); err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	defer unregister(cmd.Process.Pid)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timeout <-chan time.Time
+	if req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var werr error
+	select {
+	case werr = <-done:
+	case <-timeout:
+		res.TimedOut = true
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		werr = <-done
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		werr = <-done
+	}
+	res.DurationUs = time.Since(start).Microseconds()
+	res.Stdout, res.StdoutTruncated = stdout.buf.Bytes(), stdout.dropped
+	res.Stderr, res.StderrTruncated = stderr.buf.Bytes(), stderr.dropped
+	if res.TimedOut {
+		return res
+	}
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+	case errors.Is(werr, exec.ErrWaitDelay):
+		// It exited; a background process still held its output.
+		code = cmd.ProcessState.ExitCode()
+	case errors.As(werr, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ee.ExitCode()
+		}
+	default:
+		res.Error = werr.Error()
+		return res
+	}
+	res.ExitCode = &code
+	return res
+}
+
+// capped keeps the first max bytes and drops the rest, still reading, so
+// a chatty process never blocks and its exit code is never lost.
+type capped struct {
+	max     int
+	buf     bytes.Buffer
+	dropped bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - c.buf.Len()
+	if c.max <= 0 {
+		room = len(p)
+	}
+	if room < len(p) {
+		c.dropped = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}

@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// session runs Serve over pipes and returns a request function.
+func session(t *testing.T) func(Request) Response {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go func() { _ = Serve(context.Background(), inR, outW); outW.Close() }()
+	t.Cleanup(func() { inW.Close() })
+	sc := bufio.NewScanner(outR)
+	sc.Buffer(make([]byte, 1<<20), MaxLine)
+	enc := json.NewEncoder(inW)
+	if err := enc.Encode(Request{ID: 9, Ping: true}); err != nil || !sc.Scan() || !strings.Contains(sc.Text(), Protocol) {
+		t.Fatalf("no answer to ping: %q %v", sc.Text(), err)
+	}
+	return func(req Request) Response {
+		t.Helper()
+		if err := enc.Encode(req); err != nil {
+			t.Fatal(err)
+		}
+		if !sc.Scan() {
+			t.Fatalf("no response: %v", sc.Err())
+		}
+		var res Response
+		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+}
+
+func TestRun(t *testing.T) {
+	call := session(t)
+	res := call(Request{ID: 1, Argv: []string{"sh", "-c", `read x; echo "got $x $FOO"; echo err >&2; exit 3`}, Env: []string{"FOO=bar"}, Stdin: []byte("line\n"), MaxOutput: 1 << 20})
+	if res.ID != 1 || res.ExitCode == nil || *res.ExitCode != 3 || string(res.Stdout) != "got line bar\n" || string(res.Stderr) != "err\n" {
+		t.Fatalf("%+v", res)
+	}
+	res = call(Request{ID: 2, Argv: []string{"sh", "-c", "head -c 5000 /dev/zero; exit 0"}, MaxOutput: 100})
+	if !res.StdoutTruncated || len(res.Stdout) != 100 || *res.ExitCode != 0 {
+		t.Fatalf("cap: %+v", res)
+	}
+	start := time.Now()
+	res = call(Request{ID: 3, Argv: []string{"sh", "-c", "sleep 20 & sleep 30"}, TimeoutMs: 200})
+	if !res.TimedOut || res.ExitCode != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("timeout: %+v", res)
+	}
+	// A background process outlives its command without delaying the answer.
+	start = time.Now()
+	res = call(Request{ID: 5, Argv: []string{"sh", "-c", "sleep 3 & echo started"}})
+	if string(res.Stdout) != "started\n" || *res.ExitCode != 0 || time.Since(start) > 2*time.Second {
+		t.Fatalf("background: %+v after %v", res, time.Since(start))
+	}
+	res = call(Request{ID: 4, Argv: []string{"no-such-program-here"}})
+	if !res.NotFound || res.Error == "" {
+		t.Fatalf("missing program: %+v", res)
+	}
+}

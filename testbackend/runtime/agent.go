@@ -1,0 +1,295 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
+)
+
+// The agent is a static binary that make setup builds. A sandbox that
+// waits for commands runs it as its main process; the backend talks to it
+// over the container's attached stdin and stdout instead of creating an
+// engine exec (a new runtime process) per command.
+const (
+	// DefaultAgentPath is where make setup installs the agent.
+	DefaultAgentPath = "/usr/local/lib/rarecloud/bin/rarecloud-agent"
+	// AgentNone turns the agent off: commands go through the engine's exec.
+	AgentNone = "none"
+	// LabelAgent marks containers whose main process is the agent.
+	LabelAgent = "io.rarecloud.agent"
+	// agentTarget is where the binary appears inside the sandbox, read-only.
+	agentTarget = "/.rarecloud-agent"
+)
+
+// resolveAgent picks the agent binary: the option, else the default when
+// it exists, else none.
+func resolveAgent(opt string) string {
+	switch opt {
+	case AgentNone:
+		return ""
+	case "":
+		if st, err := os.Stat(DefaultAgentPath); err == nil && st.Mode().IsRegular() {
+			return DefaultAgentPath
+		}
+		return ""
+	default:
+		return opt
+	}
+}
+
+// useAgent makes the agent the container's main process.
+func (d *Docker) useAgent(cfg *container.Config, hc *container.HostConfig) {
+	cfg.Entrypoint = []string{agentTarget}
+	cfg.Cmd = []string{}
+	cfg.OpenStdin = true // stays open across attaches
+	cfg.StdinOnce = false
+	cfg.Labels[LabelAgent] = agent.Protocol
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: d.agentPath, Target: agentTarget, ReadOnly: true})
+	// The agent's stdout is the protocol, not output anyone reads.
+	hc.LogConfig = container.LogConfig{Type: "none"}
+}
+
+// agentSession is one attach to one container's agent.
+type agentSession struct {
+	hj      io.Closer
+	w       io.Writer
+	writeMu sync.Mutex
+	mu      sync.Mutex
+	pending map[uint64]chan agent.Response
+	nextID  uint64
+	done    chan struct{}
+	err     error
+}
+
+// session returns the container's agent session, attaching when there is
+// none (after a backend restart, for example). ok is false when the
+// container has no agent.
+func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, error) {
+	d.sessMu.Lock()
+	if s := d.sessions[id]; s != nil {
+		d.sessMu.Unlock()
+		return s, true, nil
+	}
+	if d.noAgent[id] {
+		d.sessMu.Unlock()
+		return nil, false, nil
+	}
+	d.sessMu.Unlock()
+
+	info, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return nil, false, d.containerErr("inspect", id, err)
+	}
+	if info.Config == nil || info.Config.Labels[LabelAgent] == "" {
+		d.sessMu.Lock()
+		d.noAgent[id] = true
+		d.sessMu.Unlock()
+		return nil, false, nil
+	}
+	if info.State == nil || !info.State.Running {
+		return nil, true, fmt.Errorf("%w: %s", ErrNotRunning, id)
+	}
+	if info.Config.Labels[LabelAgent] != agent.Protocol {
+		return nil, true, fmt.Errorf("runtime: container %s runs agent protocol %q, this backend speaks %q", id, info.Config.Labels[LabelAgent], agent.Protocol)
+	}
+
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
+	if s := d.sessions[info.ID]; s != nil {
+		return s, true, nil
+	}
+	// The session outlives the request that opened it.
+	hj, err := d.cli.ContainerAttach(context.WithoutCancel(ctx), info.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, true, d.containerErr("attach to", id, err)
+	}
+	// Every attached client sees every answer, so ids start at a random
+	// point: two backends on one container never take each other's.
+	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]chan agent.Response{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	go d.readResponses(info.ID, s, pr)
+	d.sessions[info.ID] = s
+	if id != info.ID {
+		d.sessions[id] = s
+	}
+	go func() {
+		<-s.done
+		d.sessMu.Lock()
+		for k, v := range d.sessions {
+			if v == s {
+				delete(d.sessions, k)
+			}
+		}
+		d.sessMu.Unlock()
+	}()
+	return s, true, nil
+}
+
+type closerFunc func()
+
+func (f closerFunc) Close() error { f(); return nil }
+
+func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var res agent.Response
+		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+			continue // not ours: nothing else should write there
+		}
+		s.mu.Lock()
+		ch := s.pending[res.ID]
+		delete(s.pending, res.ID)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- res
+		}
+	}
+	err := sc.Err()
+	if err == nil {
+		err = io.EOF
+	}
+	s.mu.Lock()
+	s.err = fmt.Errorf("agent session with %s ended: %w", id, err)
+	s.mu.Unlock()
+	close(s.done)
+	_ = s.hj.Close()
+}
+
+// call sends one request and waits for its answer.
+func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Duration) (agent.Response, error) {
+	ch := make(chan agent.Response, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return agent.Response{}, err
+	}
+	s.nextID++
+	req.ID = s.nextID
+	s.pending[req.ID] = ch
+	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.pending, req.ID)
+		s.mu.Unlock()
+	}
+
+	line, err := json.Marshal(req)
+	if err != nil {
+		forget()
+		return agent.Response{}, err
+	}
+	s.writeMu.Lock()
+	_, err = s.w.Write(append(line, '\n'))
+	s.writeMu.Unlock()
+	if err != nil {
+		forget()
+		return agent.Response{}, fmt.Errorf("write to agent: %w", err)
+	}
+	var timer <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case res := <-ch:
+		return res, nil
+	case <-s.done:
+		forget()
+		return agent.Response{}, s.err
+	case <-timer:
+		forget()
+		return agent.Response{}, errAgentTimeout
+	case <-ctx.Done():
+		forget()
+		return agent.Response{}, ctx.Err()
+	}
+}
+
+var errAgentTimeout = errors.New("agent did not answer in time")
+
+// execAgent runs an ExecRequest through the agent.
+func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req ExecRequest) (ExecResult, error) {
+	var res ExecResult
+	areq := agent.Request{Argv: req.Cmd, Env: envList(req.Env), Dir: SandboxHome, TimeoutMs: req.Timeout.Milliseconds(), MaxOutput: req.MaxOutput}
+	if req.Stdin != nil {
+		in, err := io.ReadAll(req.Stdin)
+		if err != nil {
+			return res, err
+		}
+		areq.Stdin = in
+		if areq.Stdin == nil {
+			areq.Stdin = []byte{}
+		}
+	}
+	wait := time.Duration(0)
+	if req.Timeout > 0 {
+		wait = req.Timeout + execGoGrace
+	}
+	start := time.Now()
+	ares, err := s.call(ctx, areq, wait)
+	res.Duration = time.Since(start)
+	switch {
+	case errors.Is(err, errAgentTimeout):
+		res.TimedOut = true
+		return res, nil
+	case err != nil:
+		// The session broke: the container may have stopped.
+		if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), id); ierr == nil && (info.State == nil || !info.State.Running) {
+			return res, fmt.Errorf("%w: %s", ErrNotRunning, id)
+		} else if ierr != nil && cerrdefs.IsNotFound(ierr) {
+			return res, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return res, d.containerErr("exec in", id, err)
+	}
+	res.Stdout, res.Stderr = ares.Stdout, ares.Stderr
+	res.StdoutTruncated, res.StderrTruncated = ares.StdoutTruncated, ares.StderrTruncated
+	res.TimedOut = ares.TimedOut
+	switch {
+	case ares.TimedOut:
+	case ares.NotFound:
+		code := 127
+		res.ExitCode = &code
+		res.Stderr = append(res.Stderr, []byte(ares.Error+"\n")...)
+	case ares.Error != "":
+		code := 126
+		res.ExitCode = &code
+		res.Stderr = append(res.Stderr, []byte(ares.Error+"\n")...)
+	default:
+		res.ExitCode = ares.ExitCode
+	}
+	return res, nil
+}
+
+// closeSessions ends every agent session (the containers keep running).
+func (d *Docker) closeSessions() {
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
+	for k, s := range d.sessions {
+		_ = s.hj.Close()
+		delete(d.sessions, k)
+	}
+}
