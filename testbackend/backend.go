@@ -50,7 +50,9 @@ type Config struct {
 	TmpBytes  int64
 	// PoolSize is how many warm containers each template keeps ready; 0 for none.
 	PoolSize int
-	Logger   *slog.Logger
+	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
+	MaxInFlight int
+	Logger      *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -160,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
 	b.srv = &http.Server{
-		Handler:           api.New(b.mgr, tokens, cfg.Logger),
+		Handler:           api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -92,14 +93,34 @@ type Server struct {
 	tokens map[string]Token
 	log    *slog.Logger
 	mocked bool
+
+	// maxInFlight bounds one account's concurrent requests; past it the
+	// API answers 429 with Retry-After instead of queueing without end.
+	maxInFlight int
+	inFlightMu  sync.Mutex
+	inFlight    map[string]int
+}
+
+// DefaultMaxInFlight is the per-account concurrency limit.
+const DefaultMaxInFlight = 64
+
+// Options tune the API.
+type Options struct {
+	// MaxInFlight is the per-account concurrency limit; 0 means DefaultMaxInFlight.
+	MaxInFlight int
 }
 
 // New builds the API over a manager.
-func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger) *Server {
+func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest}
+	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest, maxInFlight: DefaultMaxInFlight, inFlight: map[string]int{}}
+	for _, o := range opts {
+		if o.MaxInFlight > 0 {
+			s.maxInFlight = o.MaxInFlight
+		}
+	}
 	for _, t := range tokens {
 		s.tokens[t.Token] = t
 	}
@@ -206,6 +227,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.account = account
+	if !s.acquire(account) {
+		w.Header().Set("Retry-After", "1")
+		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once); retry after a second", s.maxInFlight))
+		return
+	}
+	defer s.release(account)
 	if s.needsEngine(r.URL.Path) {
 		if err := s.mgr.EngineAvailable(r.Context()); err != nil {
 			s.writeErr(w, err)
@@ -213,6 +240,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h(w, r, c)
+}
+
+func (s *Server) acquire(account string) bool {
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	if s.inFlight[account] >= s.maxInFlight {
+		return false
+	}
+	s.inFlight[account]++
+	return true
+}
+
+func (s *Server) release(account string) {
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	if s.inFlight[account]--; s.inFlight[account] <= 0 {
+		delete(s.inFlight, account)
+	}
 }
 
 func (s *Server) needsEngine(path string) bool {

@@ -40,6 +40,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account before the API answers 429 with Retry-After")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: rarecloud-testbackend [flags]\n\nEvery flag can also be set as RARECLOUD_TESTBACKEND_<FLAG>.\n\n")

@@ -1,0 +1,140 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+)
+
+// TestAuthMatrix: every route × every kind of caller, with the status and
+// code each must get.
+func TestAuthMatrix(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	owned := c.running(tokA, map[string]any{"template": "python"}).ID
+	// Each successful DELETE needs a sandbox of its own.
+	victim := func(tok string) string { return c.running(tok, map[string]any{}).ID }
+
+	type route struct {
+		method, path string
+		body         any
+		ok           int // status for a caller with the right scope on its own sandbox
+	}
+	routes := []route{
+		{"GET", "/sandboxes/templates", nil, 200},
+		{"GET", "/sandboxes", nil, 200},
+		{"POST", "/sandboxes", map[string]any{"labels": map[string]string{"matrix": "1"}}, 201},
+		{"GET", "/sandboxes/{id}", nil, 200},
+		{"POST", "/sandboxes/{id}/run_code", map[string]any{"language": "python", "code": "print(1)"}, 200},
+		{"POST", "/sandboxes/{id}/commands", map[string]any{"cmd": "true"}, 200},
+		{"PUT", "/sandboxes/{id}/files", map[string]any{"path": "/tmp/m", "content": "m"}, 200},
+		{"GET", "/sandboxes/{id}/files?path=/etc/hostname", nil, 200},
+		{"GET", "/sandboxes/{id}/logs", nil, 200},
+		{"POST", "/sandboxes/{id}/ports/80", nil, 501},
+		{"DELETE", "/sandboxes/{id}", nil, 200},
+	}
+	callers := []struct {
+		name, token string
+		read, write bool
+		other       bool
+	}{
+		{"no token", "", false, false, false},
+		{"unknown token", "rc_pat_unknown", false, false, false},
+		{"read only", tokARead, true, false, false},
+		{"write only", tokAWrite, false, true, false},
+		{"read and write", tokA, true, true, false},
+		{"other account", tokB, true, true, true},
+	}
+	for _, rt := range routes {
+		for _, who := range callers {
+			path := rt.path
+			target := owned
+			if rt.method == "DELETE" && (who.write && !who.other) {
+				target = victim(tokA)
+			}
+			path = replaceID(path, target)
+			r := c.do(rt.method, path, who.token, rt.body, nil)
+			needRead := rt.method == "GET"
+			var wantStatus int
+			var wantCode string
+			switch {
+			case who.token == "" || !who.read && !who.write:
+				wantStatus, wantCode = 401, "UNAUTHORIZED"
+			case needRead && !who.read, !needRead && !who.write:
+				wantStatus, wantCode = 403, "INSUFFICIENT_SCOPE"
+			case who.other && rt.path != "/sandboxes" && rt.path != "/sandboxes/templates":
+				wantStatus, wantCode = 404, "NOT_FOUND"
+			default:
+				wantStatus = rt.ok
+				if rt.ok == 501 {
+					wantCode = "NOT_IMPLEMENTED"
+				}
+			}
+			label := fmt.Sprintf("%s %s as %s", rt.method, rt.path, who.name)
+			if r.status != wantStatus {
+				t.Errorf("%s: status %d, want %d (%+v)", label, r.status, wantStatus, r.env.Error)
+				continue
+			}
+			if wantCode != "" && (r.env.Error == nil || r.env.Error.Code != wantCode) {
+				t.Errorf("%s: error %+v, want %s", label, r.env.Error, wantCode)
+			}
+			if r.status == 201 {
+				sb := decodeData[sandbox](t, r)
+				tok := who.token
+				t.Cleanup(func() { c.raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil) })
+			}
+		}
+	}
+}
+
+func replaceID(path, id string) string {
+	out := ""
+	for i := 0; i < len(path); i++ {
+		if i+4 <= len(path) && path[i:i+4] == "{id}" {
+			out += id
+			i += 3
+			continue
+		}
+		out += string(path[i])
+	}
+	return out
+}
+
+// TestConcurrencyLimit: past the per-account limit the API answers 429
+// with Retry-After; other accounts are not affected.
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{MaxInFlight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := newClient(t, b.URL())
+	id := c.running(tokA, map[string]any{}).ID
+	defer c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.raw("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "sleep 2"}, nil)
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // both slow commands are in flight
+	r := c.do("GET", "/sandboxes/"+id, tokA, nil, nil)
+	expectErr(t, r, http.StatusTooManyRequests, "TOO_MANY_REQUESTS")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	if r := c.do("GET", "/sandboxes", tokB, nil, nil); r.status != 200 {
+		t.Fatalf("other account limited too: %d", r.status)
+	}
+	wg.Wait()
+	if r := c.do("GET", "/sandboxes/"+id, tokA, nil, nil); r.status != 200 {
+		t.Fatalf("limit not released: %d", r.status)
+	}
+}
