@@ -139,70 +139,85 @@ func wantExit(t *testing.T, res ExecResult, code int) {
 	}
 }
 
+// execModes runs fn through the engine's exec (Agent: none) and through the
+// sandbox agent (the default when its binary is installed), in parallel.
+func execModes(t *testing.T, fn func(t *testing.T, opts DockerOptions)) {
+	for _, m := range []struct{ name, agent string }{{"engine-exec", AgentNone}, {"agent", ""}} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, DockerOptions{Agent: m.agent})
+		})
+	}
+}
+
 func TestStartExecEcho(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	spec := testSpec(t)
-	spec.Env = map[string]string{"FOO": "bar baz"}
-	id := start(t, d, spec)
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		spec := testSpec(t)
+		spec.Env = map[string]string{"FOO": "bar baz"}
+		id := start(t, d, spec)
 
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"echo", "hello"}})
-	wantExit(t, res, 0)
-	if string(res.Stdout) != "hello\n" || len(res.Stderr) != 0 || res.TimedOut || res.StdoutTruncated {
-		t.Fatalf("got %+v", res)
-	}
+		res := exec(t, d, id, ExecRequest{Cmd: []string{"echo", "hello"}})
+		wantExit(t, res, 0)
+		if string(res.Stdout) != "hello\n" || len(res.Stderr) != 0 || res.TimedOut || res.StdoutTruncated {
+			t.Fatalf("got %+v", res)
+		}
 
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo "$FOO|$HOME|$(pwd)|$PATH"`}})
-	wantExit(t, res, 0)
-	parts := strings.Split(strings.TrimSpace(string(res.Stdout)), "|")
-	if len(parts) != 4 || parts[0] != "bar baz" || parts[1] != "/home/user" || parts[2] != "/home/user" ||
-		!strings.Contains(parts[3], "/home/user/.local/bin") {
-		t.Fatalf("environment: %q", res.Stdout)
-	}
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo "$FOO|$HOME|$(pwd)|$PATH"`}})
+		wantExit(t, res, 0)
+		parts := strings.Split(strings.TrimSpace(string(res.Stdout)), "|")
+		if len(parts) != 4 || parts[0] != "bar baz" || parts[1] != "/home/user" || parts[2] != "/home/user" ||
+			!strings.Contains(parts[3], "/home/user/.local/bin") {
+			t.Fatalf("environment: %q", res.Stdout)
+		}
 
-	ctx := context.Background()
-	c, err := d.Inspect(ctx, id)
-	if err != nil || !c.Running || c.Labels[LabelManaged] != "true" || c.Labels[LabelInstance] != d.Instance() ||
-		c.Labels[LabelSandboxID] != spec.Labels[LabelSandboxID] {
-		t.Fatalf("Inspect: %+v, %v", c, err)
-	}
+		ctx := context.Background()
+		c, err := d.Inspect(ctx, id)
+		if err != nil || !c.Running || c.Labels[LabelManaged] != "true" || c.Labels[LabelInstance] != d.Instance() ||
+			c.Labels[LabelSandboxID] != spec.Labels[LabelSandboxID] {
+			t.Fatalf("Inspect: %+v, %v", c, err)
+		}
+	})
 }
 
 func TestExecStdinRoundTrip(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	id := start(t, d, testSpec(t))
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		id := start(t, d, testSpec(t))
 
-	var content bytes.Buffer
-	content.WriteString("héllo wörld ✓ 日本語 🚀\r\nline two\twith tab\n\x00\xff\xfe not utf-8\n")
-	noise := make([]byte, 300*1024)
-	if _, err := rand.Read(noise); err != nil {
-		t.Fatal(err)
-	}
-	content.Write(noise)
-	content.WriteString("\nno trailing newline ✓")
-	want := content.Bytes()
+		var content bytes.Buffer
+		content.WriteString("héllo wörld ✓ 日本語 🚀\r\nline two\twith tab\n\x00\xff\xfe not utf-8\n")
+		noise := make([]byte, 300*1024)
+		if _, err := rand.Read(noise); err != nil {
+			t.Fatal(err)
+		}
+		content.Write(noise)
+		content.WriteString("\nno trailing newline ✓")
+		want := content.Bytes()
 
-	path := "/home/user/dir/sub/file.bin"
-	res := exec(t, d, id, ExecRequest{
-		Cmd:     []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1"`, "sh", path},
-		Stdin:   bytes.NewReader(want),
-		Timeout: 30 * time.Second,
+		path := "/home/user/dir/sub/file.bin"
+		res := exec(t, d, id, ExecRequest{
+			Cmd:     []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1"`, "sh", path},
+			Stdin:   bytes.NewReader(want),
+			Timeout: 30 * time.Second,
+		})
+		wantExit(t, res, 0)
+
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"cat", path}})
+		wantExit(t, res, 0)
+		if !bytes.Equal(res.Stdout, want) {
+			t.Fatalf("read back %d bytes, wrote %d; first difference at %d", len(res.Stdout), len(want), firstDiff(res.Stdout, want))
+		}
+
+		// Empty stdin still delivers EOF.
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "cat | wc -c"}, Stdin: strings.NewReader(""), Timeout: 10 * time.Second})
+		wantExit(t, res, 0)
+		if strings.TrimSpace(string(res.Stdout)) != "0" {
+			t.Fatalf("wc of empty stdin: %q", res.Stdout)
+		}
 	})
-	wantExit(t, res, 0)
-
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"cat", path}})
-	wantExit(t, res, 0)
-	if !bytes.Equal(res.Stdout, want) {
-		t.Fatalf("read back %d bytes, wrote %d; first difference at %d", len(res.Stdout), len(want), firstDiff(res.Stdout, want))
-	}
-
-	// Empty stdin still delivers EOF.
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "cat | wc -c"}, Stdin: strings.NewReader(""), Timeout: 10 * time.Second})
-	wantExit(t, res, 0)
-	if strings.TrimSpace(string(res.Stdout)) != "0" {
-		t.Fatalf("wc of empty stdin: %q", res.Stdout)
-	}
 }
 
 func firstDiff(a, b []byte) int {
@@ -220,36 +235,38 @@ var processList = []string{"sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' < 
 
 func TestExecTimeout(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	id := start(t, d, testSpec(t))
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		id := start(t, d, testSpec(t))
 
-	t0 := time.Now()
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo started; sleep 30; echo never"}, Timeout: time.Second})
-	took := time.Since(t0)
-	if !res.TimedOut || res.ExitCode != nil {
-		t.Fatalf("want TimedOut and nil exit code, got %+v (exit %v)", res, deref(res.ExitCode))
-	}
-	if took > 5*time.Second {
-		t.Fatalf("exec with a 1s timeout returned after %v", took)
-	}
-	if string(res.Stdout) != "started\n" {
-		t.Fatalf("output before the timeout: %q", res.Stdout)
-	}
-	t.Logf("1s timeout returned after %v", took.Round(time.Millisecond))
+		t0 := time.Now()
+		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo started; sleep 30; echo never"}, Timeout: time.Second})
+		took := time.Since(t0)
+		if !res.TimedOut || res.ExitCode != nil {
+			t.Fatalf("want TimedOut and nil exit code, got %+v (exit %v)", res, deref(res.ExitCode))
+		}
+		if took > 5*time.Second {
+			t.Fatalf("exec with a 1s timeout returned after %v", took)
+		}
+		if string(res.Stdout) != "started\n" {
+			t.Fatalf("output before the timeout: %q", res.Stdout)
+		}
+		t.Logf("1s timeout returned after %v", took.Round(time.Millisecond))
 
-	// The process is really gone, not just the client.
-	res = exec(t, d, id, ExecRequest{Cmd: processList})
-	wantExit(t, res, 0)
-	if strings.Contains(string(res.Stdout), "sleep 30") || strings.Contains(string(res.Stdout), "echo never") {
-		t.Fatalf("timed-out process still running:\n%s", res.Stdout)
-	}
+		// The process is really gone, not just the client.
+		res = exec(t, d, id, ExecRequest{Cmd: processList})
+		wantExit(t, res, 0)
+		if strings.Contains(string(res.Stdout), "sleep 30") || strings.Contains(string(res.Stdout), "echo never") {
+			t.Fatalf("timed-out process still running:\n%s", res.Stdout)
+		}
 
-	// A command within its timeout is unaffected.
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "sleep 0.2; exit 5"}, Timeout: 10 * time.Second})
-	wantExit(t, res, 5)
-	if res.TimedOut {
-		t.Fatal("TimedOut set for a command that finished in time")
-	}
+		// A command within its timeout is unaffected.
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "sleep 0.2; exit 5"}, Timeout: 10 * time.Second})
+		wantExit(t, res, 5)
+		if res.TimedOut {
+			t.Fatal("TimedOut set for a command that finished in time")
+		}
+	})
 }
 
 func deref(p *int) any {
@@ -261,37 +278,41 @@ func deref(p *int) any {
 
 func TestExecOutputCap(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	id := start(t, d, testSpec(t))
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		id := start(t, d, testSpec(t))
 
-	res := exec(t, d, id, ExecRequest{
-		Cmd:       []string{"sh", "-c", `head -c 2000000 /dev/zero | tr '\0' a; printf 'short' >&2; exit 4`},
-		MaxOutput: 1000,
-		Timeout:   30 * time.Second,
+		res := exec(t, d, id, ExecRequest{
+			Cmd:       []string{"sh", "-c", `head -c 2000000 /dev/zero | tr '\0' a; printf 'short' >&2; exit 4`},
+			MaxOutput: 1000,
+			Timeout:   30 * time.Second,
+		})
+		wantExit(t, res, 4) // the producer was drained to the end
+		if len(res.Stdout) != 1000 || !res.StdoutTruncated || strings.Trim(string(res.Stdout), "a") != "" {
+			t.Fatalf("stdout %d bytes truncated=%v", len(res.Stdout), res.StdoutTruncated)
+		}
+		if string(res.Stderr) != "short" || res.StderrTruncated {
+			t.Fatalf("stderr %q truncated=%v", res.Stderr, res.StderrTruncated)
+		}
 	})
-	wantExit(t, res, 4) // the producer was drained to the end
-	if len(res.Stdout) != 1000 || !res.StdoutTruncated || strings.Trim(string(res.Stdout), "a") != "" {
-		t.Fatalf("stdout %d bytes truncated=%v", len(res.Stdout), res.StdoutTruncated)
-	}
-	if string(res.Stderr) != "short" || res.StderrTruncated {
-		t.Fatalf("stderr %q truncated=%v", res.Stderr, res.StderrTruncated)
-	}
 }
 
 func TestExecExitCodeAndStreams(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	id := start(t, d, testSpec(t))
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		id := start(t, d, testSpec(t))
 
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
-	wantExit(t, res, 7)
-	if string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
-		t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
-	}
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"no-such-command-here"}})
-	if res.ExitCode == nil || *res.ExitCode == 0 {
-		t.Fatalf("missing command: exit %v", deref(res.ExitCode))
-	}
+		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+		wantExit(t, res, 7)
+		if string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"no-such-command-here"}})
+		if res.ExitCode == nil || *res.ExitCode == 0 {
+			t.Fatalf("missing command: exit %v", deref(res.ExitCode))
+		}
+	})
 }
 
 func TestRunMode(t *testing.T) {
@@ -363,57 +384,59 @@ func TestRunMode(t *testing.T) {
 
 func TestLockdown(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
-	spec := testSpec(t)
-	spec.HomeBytes = 8 * mib
-	spec.MaxProcs = 300
-	id := start(t, d, spec)
+	execModes(t, func(t *testing.T, opts DockerOptions) {
+		d := requireEngine(t, opts)
+		spec := testSpec(t)
+		spec.HomeBytes = 8 * mib
+		spec.MaxProcs = 300
+		id := start(t, d, spec)
 
-	// /etc is root's anyway; /var/tmp (mode 1777 in the image) shows the
-	// root file system itself is read only.
-	for _, path := range []string{"/etc/probe", "/var/tmp/probe"} {
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > "$1"`, "sh", path}})
-		if res.ExitCode == nil || *res.ExitCode == 0 {
-			t.Fatalf("write to %s succeeded: %+v", path, res)
+		// /etc is root's anyway; /var/tmp (mode 1777 in the image) shows the
+		// root file system itself is read only.
+		for _, path := range []string{"/etc/probe", "/var/tmp/probe"} {
+			res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > "$1"`, "sh", path}})
+			if res.ExitCode == nil || *res.ExitCode == 0 {
+				t.Fatalf("write to %s succeeded: %+v", path, res)
+			}
 		}
-	}
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > /var/tmp/probe`}})
-	if !strings.Contains(string(res.Stderr), "Read-only file system") {
-		t.Fatalf("write to /var/tmp: exit %v stderr %q", deref(res.ExitCode), res.Stderr)
-	}
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
-	wantExit(t, res, 0)
-	if string(res.Stdout) != "10001\n10001\n" {
-		t.Fatalf("id: %q", res.Stdout)
-	}
-
-	// The home tmpfs is 8 MiB: writing 16 MiB fails, /tmp is writable.
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/home/user/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
-	if res.ExitCode == nil || *res.ExitCode == 0 || strings.Contains(string(res.Stdout), "wrote-all") ||
-		!strings.Contains(string(res.Stderr), "No space left") {
-		t.Fatalf("dd past the home size: exit %v stdout %q stderr %q", deref(res.ExitCode), res.Stdout, res.Stderr)
-	}
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo ok > /tmp/f && cat /tmp/f && stat -c %a /tmp"}})
-	wantExit(t, res, 0)
-	if string(res.Stdout) != "ok\n1777\n" {
-		t.Fatalf("/tmp: %q", res.Stdout)
-	}
-
-	// gVisor, no capabilities, no new privileges, the nproc limit.
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dmesg | head -n 3; uname -r; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; grep 'Max processes' /proc/self/limits"}})
-	wantExit(t, res, 0)
-	out := string(res.Stdout)
-	if !strings.Contains(out, "gVisor") {
-		t.Fatalf("not running under gVisor:\n%s", out)
-	}
-	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
+		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > /var/tmp/probe`}})
+		if !strings.Contains(string(res.Stderr), "Read-only file system") {
+			t.Fatalf("write to /var/tmp: exit %v stderr %q", deref(res.ExitCode), res.Stderr)
 		}
-	}
-	if !strings.Contains(out, "300") {
-		t.Errorf("nproc limit 300 not in:\n%s", out)
-	}
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
+		wantExit(t, res, 0)
+		if string(res.Stdout) != "10001\n10001\n" {
+			t.Fatalf("id: %q", res.Stdout)
+		}
+
+		// The home tmpfs is 8 MiB: writing 16 MiB fails, /tmp is writable.
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/home/user/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
+		if res.ExitCode == nil || *res.ExitCode == 0 || strings.Contains(string(res.Stdout), "wrote-all") ||
+			!strings.Contains(string(res.Stderr), "No space left") {
+			t.Fatalf("dd past the home size: exit %v stdout %q stderr %q", deref(res.ExitCode), res.Stdout, res.Stderr)
+		}
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo ok > /tmp/f && cat /tmp/f && stat -c %a /tmp"}})
+		wantExit(t, res, 0)
+		if string(res.Stdout) != "ok\n1777\n" {
+			t.Fatalf("/tmp: %q", res.Stdout)
+		}
+
+		// gVisor, no capabilities, no new privileges, the nproc limit.
+		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dmesg | head -n 3; uname -r; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; grep 'Max processes' /proc/self/limits"}})
+		wantExit(t, res, 0)
+		out := string(res.Stdout)
+		if !strings.Contains(out, "gVisor") {
+			t.Fatalf("not running under gVisor:\n%s", out)
+		}
+		for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("missing %q in:\n%s", want, out)
+			}
+		}
+		if !strings.Contains(out, "300") {
+			t.Errorf("nproc limit 300 not in:\n%s", out)
+		}
+	})
 }
 
 func TestRemoveIdempotent(t *testing.T) {
@@ -612,13 +635,18 @@ func TestSandboxCannotReachHost(t *testing.T) {
 // TestLatency measures (does not assert) Start-to-running and an exec round
 // trip with this client. Run with -v to see the numbers.
 func TestLatency(t *testing.T) {
-	for _, network := range []string{"", NetworkNone} {
-		name := network
+	for _, tc := range []struct{ network, agent string }{{"", AgentNone}, {NetworkNone, AgentNone}, {"", ""}} {
+		name := tc.network
 		if name == "" {
 			name = DefaultNetwork
 		}
+		mode := "engine-exec"
+		if tc.agent == "" {
+			mode = "agent"
+		}
+		name += "/" + mode
 		t.Run(name, func(t *testing.T) {
-			d := requireEngine(t, DockerOptions{Network: network})
+			d := requireEngine(t, DockerOptions{Network: tc.network, Agent: tc.agent})
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
 			var starts, execs, removes []time.Duration
@@ -638,7 +666,7 @@ func TestLatency(t *testing.T) {
 				}
 				removes = append(removes, time.Since(t2))
 			}
-			t.Logf("network %s: Start-to-running %s; exec echo %s; Remove %s", name, stats(starts), stats(execs), stats(removes))
+			t.Logf("%s: Start-to-running %s; exec echo %s; Remove %s", name, stats(starts), stats(execs), stats(removes))
 		})
 	}
 }
