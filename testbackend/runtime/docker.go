@@ -77,8 +77,12 @@ type DockerOptions struct {
 	// returns containers carrying it, so backends sharing an engine never
 	// touch each other's containers.
 	Instance string
-	// DNS servers for sandboxes (HostConfig.DNS). Optional; see the package
-	// notes in README about DNS on the sandbox network.
+	// DNS servers for sandboxes (HostConfig.DNS). Optional, and note: on a
+	// user-defined network such as rarecloud-sandbox Docker always writes
+	// "nameserver 127.0.0.11" (its embedded resolver) into resolv.conf and
+	// uses these only as that resolver's upstreams. Under runsc with its own
+	// network stack 127.0.0.11 is the sandbox's own loopback, so names do not
+	// resolve there at all (lookups fail, nothing leaves the sandbox).
 	DNS []string
 	// Agent is the host path of the rarecloud-agent binary: "" means
 	// DefaultAgentPath when it exists, AgentNone turns the agent off.
