@@ -463,3 +463,35 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("%d containers left after expiry", n)
 	}
 }
+
+// TestFilePathsStayInside: paths with .., symlinks pointing out of the
+// writable areas and odd names never change anything outside /home/user
+// and /tmp, and each answer says what happened.
+func TestFilePathsStayInside(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	id := c.running(tokA, map[string]any{}).ID
+	path := "/sandboxes/" + id + "/files"
+	out := c.command(tokA, id, "ln -s /etc/passwd /home/user/link && ln -s /etc /home/user/etcdir && md5sum /etc/passwd")
+	before := out.Stdout
+	put := func(p, content string) response {
+		return c.do("PUT", path, tokA, map[string]any{"path": p, "content": content}, nil)
+	}
+	// A symlink at the path is replaced, never followed.
+	if r := put("/home/user/link", "mine"); r.status != 200 {
+		t.Fatalf("write over symlink: %d %+v", r.status, r.env.Error)
+	}
+	expectErr(t, put("/home/user/etcdir/evil", "x"), 403, "PERMISSION_DENIED")
+	expectErr(t, put("/home/user/../../etc/evil", "x"), 403, "PERMISSION_DENIED")
+	expectErr(t, put("/home/user/link/x", "x"), 400, "INVALID_PATH")
+	expectErr(t, put("/home/user/"+strings.Repeat("n", 300), "x"), 400, "INVALID_PATH")
+	expectErr(t, put("/proc/1/environ", "x"), 403, "PERMISSION_DENIED")
+	if r := put("/tmp/../home/user/ok.txt", "ok"); r.status != 200 {
+		t.Fatalf("write through ..: %d", r.status)
+	}
+	out = c.command(tokA, id, "md5sum /etc/passwd; cat /home/user/ok.txt; echo; [ -L /home/user/link ] && echo still-link || { cat /home/user/link; echo; }; ls /etc/evil 2>&1 | grep -c 'No such'")
+	want := before + "ok\nmine\n1\n"
+	if out.Stdout != want {
+		t.Fatalf("after hostile writes:\n%s\nwant:\n%s", out.Stdout, want)
+	}
+}

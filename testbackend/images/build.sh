@@ -185,9 +185,9 @@ if ! out=$(rc_docker run --rm --runtime=runsc --network=none --read-only --user 
 fi
 done_ms=$(now_ms)
 
+# Earlier builds of this template that no container uses any more.
 if [[ -n $old_id ]]; then
-	new_id=$(rc_docker image inspect -f '{{.Id}}' "$image")
-	[[ $old_id != "$new_id" ]] && rc_docker rmi "$old_id" >/dev/null 2>&1 || true
+	rc_docker image prune -f --filter "label=io.rarecloud.template=$template" >/dev/null 2>&1 || true
 fi
 size=$(rc_docker image inspect -f '{{.Size}}' "$image")
 secs=$(((done_ms - start + 500) / 1000))

@@ -248,6 +248,10 @@ func fileErr(path string, res runtime.ExecResult, write bool) error {
 		return errorf(CodeFileNotFound, "file %s not found", path)
 	case code == 11:
 		return errorf(CodeIsADirectory, "%s is a directory", path)
+	case strings.Contains(stderr, "File name too long"):
+		return errorf(CodeInvalidPath, "a name in %s is too long for the file system (at most 255 bytes per name)", path)
+	case strings.Contains(stderr, "Not a directory"), strings.Contains(stderr, "File exists"):
+		return errorf(CodeInvalidPath, "a parent of %s is a file, not a directory", path)
 	case strings.Contains(stderr, "No space left"):
 		return errorf(CodeStorageFull, "no space left to write %s: the writable areas are /home/user and /tmp, each with a fixed size", path)
 	case code == 10 || code == 12:
