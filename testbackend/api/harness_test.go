@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,9 @@ func startBackend(dir string, cfg testbackend.Config) (*testbackend.Backend, err
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
 	if shared != nil {
 		cleanupAll(shared)
 		shared.Close()
@@ -256,7 +260,7 @@ func truncate(b []byte) string {
 }
 
 // raw is do without a test: used in cleanup.
-func (c *client) raw(method, path, token string, body any, _ map[string]string) (int, envelope) {
+func (c *client) raw(method, path, token string, body any, hdr map[string]string) (int, envelope) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -264,6 +268,9 @@ func (c *client) raw(method, path, token string, body any, _ map[string]string) 
 	}
 	req, _ := http.NewRequest(method, c.base+path, rd)
 	req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, envelope{}

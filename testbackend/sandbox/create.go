@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
@@ -49,7 +50,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 		return CreateResult{}, verr
 	}
 	if idemKey == "" {
-		return m.create(ctx, account, tpl, req)
+		return m.create(ctx, account, tpl, req, nil)
 	}
 	hash := requestHash(req)
 	mapKey := account + "\x00" + idemKey
@@ -83,7 +84,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	m.idem[mapKey] = entry
 	m.mu.Unlock()
 
-	res, err := m.create(ctx, account, tpl, req)
+	res, err := m.create(ctx, account, tpl, req, &entry.rec)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -154,7 +155,7 @@ func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
 	})
 }
 
-func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest) (CreateResult, error) {
+func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest, idem *store.Idempotency) (CreateResult, error) {
 	image := tpl.Image
 	if req.Image != "" {
 		image = req.Image
@@ -189,6 +190,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		Cmd:        req.Cmd,
 		Env:        req.Env,
 		Labels:     req.Labels,
+	}
+	if idem != nil {
+		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
 	}
 	if m.cfg.Mode == ModeTest {
 		// Test mode: no container; the sandbox runs at once, and a run-mode
@@ -239,7 +243,7 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		cid, err := m.rt.Start(m.ctx, spec)
+		cid, err := m.startContainer(spec)
 		m.started(id, cid, err)
 	}()
 }
@@ -322,4 +326,21 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	sb.ContainerID = ""
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
+}
+
+// startContainer starts a sandbox's container. A container of the same
+// name can only be left from a start that was cut short (a killed backend
+// whose request the engine finished anyway): it goes, and the start is
+// tried again.
+func (m *Manager) startContainer(spec runtime.Spec) (string, error) {
+	for attempt := 0; ; attempt++ {
+		cid, err := m.rt.Start(m.ctx, spec)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "is already in use") {
+			return cid, err
+		}
+		m.log.Info("removing a leftover container before starting again", "name", spec.Name)
+		if rerr := m.rt.Remove(m.ctx, spec.Name); rerr != nil {
+			return "", rerr
+		}
+	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,6 +41,16 @@ func (m *Manager) Start(ctx context.Context) error {
 	var overdue []*store.Sandbox
 	for _, sb := range boxes {
 		m.boxes[sb.ID] = sb
+		if sb.IdempotencyKey != "" {
+			// The key's own record may not have been written before a crash.
+			mapKey := sb.Account + "\x00" + sb.IdempotencyKey
+			if m.idem[mapKey] == nil {
+				e := &idemEntry{rec: store.Idempotency{Account: sb.Account, Key: sb.IdempotencyKey, RequestHash: sb.RequestHash, SandboxID: sb.ID, Status: 201, CreatedAt: sb.CreatedAt}, done: true}
+				e.rec.Body, _ = json.Marshal(view(sb))
+				m.idem[mapKey] = e
+				m.scheduleIdemExpiryLocked(mapKey, e)
+			}
+		}
 		if m.deadline(sb).After(now) {
 			m.scheduleLocked(sb)
 		} else {

@@ -37,6 +37,11 @@ type Sandbox struct {
 	Logs              string            `json:"logs,omitempty"`
 	// Files holds written files in test mode, where there is no container.
 	Files map[string]string `json:"files,omitempty"`
+	// IdempotencyKey and RequestHash travel with the record they made, so
+	// a crash between writing the sandbox and writing the key can never
+	// let a retry make a second sandbox.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	RequestHash    string `json:"requestHash,omitempty"`
 }
 
 // Idempotency remembers what a create with an Idempotency-Key produced.
