@@ -12,7 +12,8 @@
 # non-interactively. Progress goes to stderr, a one-line summary to stdout.
 #
 # Environment:
-#   RC_IMAGE_JOBS=N   build up to N images at once (default 1, see below)
+#   RC_IMAGE_JOBS=N   build up to N images at once (default 3: all together;
+#                     on 2 busy cores 122 s against 185 s one after another)
 #   RC_FORCE_IMAGES=1 rebuild the images even when their recipe is unchanged
 #   RC_APT_SOURCES=F  apt sources file for the image builds (default: the
 #                     host's own Debian sources)
@@ -344,7 +345,7 @@ ensure_network() {
 
 # ---------------------------------------------------------------- 6. images
 ensure_images() {
-	local jobs=${RC_IMAGE_JOBS:-1} force=() t out
+	local jobs=${RC_IMAGE_JOBS:-3} force=() t out
 	[[ ${RC_FORCE_IMAGES:-} == 1 ]] && force=(--force)
 	local build=$repo/testbackend/images/build.sh
 	t=$(now_ms)
