@@ -65,9 +65,10 @@ func runTests(m *testing.M) int {
 	if os.Getenv(resource.EnvTfAcc) != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		start := time.Now()
+		dataDir := filepath.Join(dir, "backend")
 		b, err := testbackend.New(ctx, testbackend.Config{
 			Listen:  "127.0.0.1:0",
-			DataDir: filepath.Join(dir, "backend"),
+			DataDir: dataDir,
 			Mode:    "real",
 			Pull:    "never",
 			Tokens: []testbackend.Token{
@@ -82,7 +83,8 @@ func runTests(m *testing.M) int {
 		} else {
 			acc.backend = b
 			acc.url = b.URL()
-			fmt.Fprintf(os.Stderr, "acceptance backend at %s (started in %v)\n", acc.url, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(os.Stderr, "acceptance backend at %s (instance %s, started in %v)\n",
+				acc.url, testbackend.InstanceID(dataDir), time.Since(start).Round(time.Millisecond))
 			// The provider blocks of most test configurations are empty: they
 			// take the backend and account A's token from the environment.
 			os.Setenv(EnvAPI, acc.url)
