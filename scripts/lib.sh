@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # constants for the scripts that source this file
 # Shared constants and helpers for scripts/setup.sh and scripts/teardown.sh.
 # Source it; it defines no side effects beyond variables and functions.
 

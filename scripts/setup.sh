@@ -22,7 +22,7 @@ set -euo pipefail
 RC_PROG=setup
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-# shellcheck source=lib.sh
+# shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -140,7 +140,7 @@ start_dockerd() {
 	# /dev/null, stdout/stderr to the log, and no other inherited descriptor
 	# (make's jobserver pipes, a test harness's pipes) kept open.
 	(
-		for fd in /proc/$BASHPID/fd/*; do
+		for fd in "/proc/$BASHPID/fd"/*; do
 			fd=${fd##*/}
 			((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
 		done

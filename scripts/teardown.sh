@@ -11,7 +11,7 @@ set -euo pipefail
 
 RC_PROG=teardown
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib.sh
+# shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
 
 purge=0

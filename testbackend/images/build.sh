@@ -12,7 +12,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=../../scripts/lib.sh
+# shellcheck source=scripts/lib.sh
 . "$here/../../scripts/lib.sh"
 
 SUITE=bookworm
@@ -27,16 +27,48 @@ recipe=$here/$template.recipe
 [[ -f $recipe ]] || die "no recipe $recipe"
 image=rarecloud/sandbox-$template:latest
 
-# The hash covers everything that decides the image content.
+PACKAGES="" IMAGE_ENV=() IMAGE_CMD='' SMOKE='true'
+# shellcheck source=/dev/null
+. "$recipe"
+
+# What decides the image content: the mmdebstrap options, the image config,
+# the customize hook and the suite. The hash of these (not of this script,
+# so that edits elsewhere here rebuild nothing) labels the image.
+mm_opts=(
+	--variant=essential
+	--include="$PACKAGES"
+	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+	--aptopt='APT::Install-Recommends "false"'
+	--aptopt='APT::Install-Suggests "false"'
+	--aptopt='Acquire::Languages "none"'
+	--dpkgopt='force-unsafe-io'
+	--dpkgopt='path-exclude=/usr/share/man/*'
+	--dpkgopt='path-exclude=/usr/share/info/*'
+	--dpkgopt='path-exclude=/usr/share/doc/*'
+	--dpkgopt='path-include=/usr/share/doc/*/copyright'
+	--dpkgopt='path-exclude=/usr/share/locale/*'
+	--dpkgopt='path-exclude=/usr/share/lintian/*'
+	--dpkgopt='path-exclude=/usr/share/linda/*'
+	--dpkgopt='path-exclude=/usr/share/doc-base/*'
+)
+changes=(
+	-c 'ENV PATH=/home/user/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+	-c 'ENV HOME=/home/user'
+	-c 'ENV LANG=C.UTF-8'
+	-c 'WORKDIR /home/user'
+	-c 'USER 10001:10001'
+	-c "CMD $IMAGE_CMD"
+)
+for e in "${IMAGE_ENV[@]}"; do
+	changes+=(-c "ENV $e")
+done
 hash=$(
-	cd "$here"
-	for f in build.sh customize.sh "$template.recipe"; do
-		printf '== %s\n' "$f"
-		cat "$f"
-	done
-	printf '== suite %s\n' "$SUITE"
-) 
+	printf 'suite %s\n' "$SUITE"
+	printf '%s\n' "${mm_opts[@]}" "${changes[@]}"
+	cat "$here/customize.sh"
+)
 hash=$(sha256sum <<<"$hash" | cut -c1-16)
+changes+=(-c "LABEL io.rarecloud.template=$template io.rarecloud.recipe-hash=$hash")
 
 current=$(rc_docker image inspect -f '{{index .Config.Labels "io.rarecloud.recipe-hash"}}' "$image" 2>/dev/null || true)
 if [[ $force == 0 && $current == "$hash" ]]; then
@@ -44,10 +76,6 @@ if [[ $force == 0 && $current == "$hash" ]]; then
 	exit 0
 fi
 old_id=$(rc_docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
-
-PACKAGES="" IMAGE_ENV=() IMAGE_CMD='' SMOKE='true'
-# shellcheck source=/dev/null
-. "$recipe"
 
 mkdir -p "$RC_DATA/build"
 work=$(mktemp -d "$RC_DATA/build/$template.XXXXXX")
@@ -57,7 +85,7 @@ work=$(mktemp -d "$RC_DATA/build/$template.XXXXXX")
 chroot_tmp=$work
 if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs && $(findmnt -n -o OPTIONS /dev/shm | head -n1) != *noexec* ]] &&
 	(($(df -k --output=avail /dev/shm | tail -n1) > 2 * 1024 * 1024)); then
-	chroot_tmp=$(mktemp -d /dev/shm/rarecloud-build-$template.XXXXXX)
+	chroot_tmp=$(mktemp -d "/dev/shm/rarecloud-build-$template.XXXXXX")
 fi
 trap 'rm -rf "$work" "$chroot_tmp"' EXIT
 
@@ -131,23 +159,9 @@ buildlog=$RC_LOGDIR/build-$template.log
 start=$(now_ms)
 log "building $image (recipe $hash) with mmdebstrap"
 TMPDIR=$chroot_tmp mmdebstrap \
-	--variant=essential \
+	"${mm_opts[@]}" \
 	--mode=root \
 	--format=tar \
-	--include="$PACKAGES" \
-	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-	--aptopt='APT::Install-Recommends "false"' \
-	--aptopt='APT::Install-Suggests "false"' \
-	--aptopt='Acquire::Languages "none"' \
-	--dpkgopt='force-unsafe-io' \
-	--dpkgopt='path-exclude=/usr/share/man/*' \
-	--dpkgopt='path-exclude=/usr/share/info/*' \
-	--dpkgopt='path-exclude=/usr/share/doc/*' \
-	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
-	--dpkgopt='path-exclude=/usr/share/locale/*' \
-	--dpkgopt='path-exclude=/usr/share/lintian/*' \
-	--dpkgopt='path-exclude=/usr/share/linda/*' \
-	--dpkgopt='path-exclude=/usr/share/doc-base/*' \
 	--customize-hook="'$here/customize.sh' \"\$1\"" \
 	--logfile="$buildlog" \
 	"$SUITE" "$work/rootfs.tar" "${MIRRORS[@]}" </dev/null >&2 ||
@@ -155,23 +169,12 @@ TMPDIR=$chroot_tmp mmdebstrap \
 $(tail -n 30 "$buildlog" 2>/dev/null)"
 debootstrapped=$(now_ms)
 
-changes=(
-	-c 'ENV PATH=/home/user/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
-	-c 'ENV HOME=/home/user'
-	-c 'ENV LANG=C.UTF-8'
-	-c 'WORKDIR /home/user'
-	-c 'USER 10001:10001'
-	-c "CMD $IMAGE_CMD"
-	-c "LABEL io.rarecloud.template=$template io.rarecloud.recipe-hash=$hash"
-)
-for e in "${IMAGE_ENV[@]}"; do
-	changes+=(-c "ENV $e")
-done
 rc_docker import "${changes[@]}" -m "rarecloud $template template, recipe $hash" \
 	"$work/rootfs.tar" "$image" >/dev/null || die "docker import failed for $template"
 imported=$(now_ms)
 
 # Smoke test the image the way sandboxes run it.
+# shellcheck disable=SC2016 # expanded inside the sandbox
 if ! out=$(rc_docker run --rm --runtime=runsc --network=none --read-only --user 10001:10001 \
 	--tmpfs /home/user:size=64m,uid=10001,gid=10001,mode=0755 --tmpfs /tmp:size=64m,mode=1777 \
 	--cap-drop ALL --security-opt no-new-privileges "$image" \
