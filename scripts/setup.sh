@@ -50,7 +50,7 @@ check_tools() {
 }
 
 # ---------------------------------------------------------------- 2. packages
-PACKAGES=(docker.io containerd runc mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps)
+PACKAGES=(docker.io containerd runc tini mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps)
 
 ensure_packages() {
 	local missing=() p st
@@ -139,6 +139,11 @@ start_dockerd() {
 	# Fully detached: own session, no controlling terminal, stdin from
 	# /dev/null, stdout/stderr to the log, and no other inherited descriptor
 	# (make's jobserver pipes, a test harness's pipes) kept open.
+	# Under tini -s (a child subreaper): every exited containerd shim would
+	# otherwise be reparented to PID 1, which on these machines reaps late,
+	# and zombies pile up (one per container) against pid_max.
+	local reaper=()
+	command -v tini >/dev/null && reaper=(tini -s --)
 	(
 		for fd in "/proc/$BASHPID/fd"/*; do
 			fd=${fd##*/}
@@ -146,7 +151,7 @@ start_dockerd() {
 		done
 		cd /
 		exec setsid nohup env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
-			dockerd \
+			"${reaper[@]}" dockerd \
 			--host "$RC_DOCKER_HOST" \
 			--data-root "$RC_DATA_ROOT" \
 			--exec-root "$RC_EXEC_ROOT" \
@@ -160,8 +165,8 @@ start_dockerd() {
 			die "dockerd did not come up within 60s. Last lines of $RC_DOCKERD_LOG:
 $(tail -n 40 "$RC_DOCKERD_LOG")"
 		fi
-		# The launcher execs dockerd (setsid does not fork when the caller is
-		# no group leader): stop early when it died.
+		# The launcher execs (tini and) dockerd; setsid does not fork when
+		# the caller is no group leader: stop early when it died.
 		if ! kill -0 "$launcher" 2>/dev/null && ! rc_dockerd_pid >/dev/null; then
 			die "dockerd exited during startup. Last lines of $RC_DOCKERD_LOG:
 $(tail -n 40 "$RC_DOCKERD_LOG")"
