@@ -220,7 +220,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	account, err := s.authorize(r)
 	if err != nil {
-		if errors.As(err, new(*sandbox.Error)) && err.(*sandbox.Error).Code == CodeUnauthorized {
+		if e := (*sandbox.Error)(nil); errors.As(err, &e) && e.Code == CodeUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="rarecloud"`)
 		}
 		s.writeErr(w, err)

@@ -106,11 +106,11 @@ func TestSandboxLifecycle(t *testing.T) {
 	id := sb.ID
 
 	// Commands: sh -c as uid 10001 in /home/user, with the sandbox's env.
-	out := c.command(tokA, id, `id -u; pwd; echo "$GREETING" | tr a-z A-Z; echo oops >&2; exit 7`)
+	out := c.command(id, `id -u; pwd; echo "$GREETING" | tr a-z A-Z; echo oops >&2; exit 7`)
 	if exitCode(t, out) != 7 || out.Stdout != "10001\n/home/user\nHEJ\n" || out.Stderr != "oops\n" {
 		t.Fatalf("command = %+v", out)
 	}
-	out = c.command(tokA, id, `python -c "import sys; print(sys.version_info[0])" && pip --version >/dev/null && echo pip-ok`)
+	out = c.command(id, `python -c "import sys; print(sys.version_info[0])" && pip --version >/dev/null && echo pip-ok`)
 	if exitCode(t, out) != 0 || out.Stdout != "3\npip-ok\n" {
 		t.Fatalf("python on PATH: %+v", out)
 	}
@@ -136,12 +136,12 @@ func TestSandboxLifecycle(t *testing.T) {
 	if !res.TimedOut || res.ExitCode != nil || time.Since(start) > 15*time.Second {
 		t.Fatalf("timeout: %+v after %v", res, time.Since(start))
 	}
-	if out := c.command(tokA, id, "ps -eo args | grep -c '[s]leep 30' || true"); strings.TrimSpace(out.Stdout) != "0" {
+	if out := c.command(id, "ps -eo args | grep -c '[s]leep 30' || true"); strings.TrimSpace(out.Stdout) != "0" {
 		t.Fatalf("timed-out process still running: %+v", out)
 	}
 
 	// Output is capped without losing the exit code.
-	out = c.command(tokA, id, `head -c 3000000 /dev/zero | tr '\0' a; exit 4`)
+	out = c.command(id, `head -c 3000000 /dev/zero | tr '\0' a; exit 4`)
 	if exitCode(t, out) != 4 || !out.StdoutTruncated || len(out.Stdout) != 1<<20 {
 		t.Fatalf("cap: exit=%v truncated=%v len=%d", out.ExitCode, out.StdoutTruncated, len(out.Stdout))
 	}
@@ -175,7 +175,7 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("read back %q", got.Content)
 	}
 	// The file belongs to the sandbox user and is visible to commands.
-	out := c.command(tokA, id, "stat -c %u /home/user/deep/er/data.csv && wc -c < /home/user/deep/er/data.csv")
+	out := c.command(id, "stat -c %u /home/user/deep/er/data.csv && wc -c < /home/user/deep/er/data.csv")
 	if out.Stdout != fmt.Sprintf("10001\n%d\n", len(content)) {
 		t.Fatalf("stat = %+v", out)
 	}
@@ -205,7 +205,7 @@ func TestFiles(t *testing.T) {
 	}
 	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/big2.txt", "content": big + "x"}, nil), 413, "PAYLOAD_TOO_LARGE")
 	// A binary file is reported, not mangled.
-	c.command(tokA, id, `printf '\377\376' > /home/user/bin.dat`)
+	c.command(id, `printf '\377\376' > /home/user/bin.dat`)
 	expectErr(t, c.do("GET", path+"?path=/home/user/bin.dat", tokA, nil, nil), 422, "FILE_NOT_TEXT")
 }
 
@@ -241,7 +241,7 @@ func TestCrossAccountIsNotFound(t *testing.T) {
 		}
 	}
 	// Still alive for its owner.
-	if out := c.command(tokA, id, "echo alive"); out.Stdout != "alive\n" {
+	if out := c.command(id, "echo alive"); out.Stdout != "alive\n" {
 		t.Fatalf("owner lost the sandbox: %+v", out)
 	}
 }
@@ -291,7 +291,7 @@ func TestCreateValidation(t *testing.T) {
 		{"not an object", `[1,2]`, 400, "INVALID_REQUEST"},
 		{"trailing data", `{} {}`, 400, "INVALID_JSON"},
 		{"empty body", ``, 400, "INVALID_JSON"},
-		{"unknown field", map[string]any{"tempalte": "python"}, 400, "UNKNOWN_FIELD"},
+		{"unknown field", map[string]any{"tempalte": "python"}, 400, "UNKNOWN_FIELD"}, //nolint:misspell // the misspelt field is the point
 		{"non-UTF-8", []byte("{\"template\": \"\xff\"}"), 400, "INVALID_ENCODING"},
 		{"bad label key", map[string]any{"labels": map[string]string{"bad key": "x"}}, 400, "INVALID_LABELS"},
 		{"bad env name", map[string]any{"env": map[string]string{"1X": "x"}}, 400, "INVALID_ENV"},
@@ -472,7 +472,7 @@ func TestFilePathsStayInside(t *testing.T) {
 	c := realBackend(t)
 	id := c.running(tokA, map[string]any{}).ID
 	path := "/sandboxes/" + id + "/files"
-	out := c.command(tokA, id, "ln -s /etc/passwd /home/user/link && ln -s /etc /home/user/etcdir && md5sum /etc/passwd")
+	out := c.command(id, "ln -s /etc/passwd /home/user/link && ln -s /etc /home/user/etcdir && md5sum /etc/passwd")
 	before := out.Stdout
 	put := func(p, content string) response {
 		return c.do("PUT", path, tokA, map[string]any{"path": p, "content": content}, nil)
@@ -489,7 +489,7 @@ func TestFilePathsStayInside(t *testing.T) {
 	if r := put("/tmp/../home/user/ok.txt", "ok"); r.status != 200 {
 		t.Fatalf("write through ..: %d", r.status)
 	}
-	out = c.command(tokA, id, "md5sum /etc/passwd; cat /home/user/ok.txt; echo; [ -L /home/user/link ] && echo still-link || { cat /home/user/link; echo; }; ls /etc/evil 2>&1 | grep -c 'No such'")
+	out = c.command(id, "md5sum /etc/passwd; cat /home/user/ok.txt; echo; [ -L /home/user/link ] && echo still-link || { cat /home/user/link; echo; }; ls /etc/evil 2>&1 | grep -c 'No such'")
 	want := before + "ok\nmine\n1\n"
 	if out.Stdout != want {
 		t.Fatalf("after hostile writes:\n%s\nwant:\n%s", out.Stdout, want)

@@ -26,7 +26,7 @@ var (
 func backendBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rarecloud-bin-")
+		dir, err := os.MkdirTemp("", "rarecloud-bin-") //nolint:usetesting // built once for every test, removed in TestMain
 		if err != nil {
 			binErr = err
 			return
@@ -119,14 +119,14 @@ func TestKilledDuringCreate(t *testing.T) {
 			time.Sleep(delay)
 			p.kill()
 
-			p = startProcess(t, data, tokens, p.addr)
+			startProcess(t, data, tokens, p.addr)
 			sb := decodeData[sandbox](t, c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key}))
 			c.waitStatus(tokA, sb.ID, "running")
 			list := decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=fault="+key, tokA, nil, nil))
 			if len(list) != 1 || list[0].ID != sb.ID {
 				t.Fatalf("after the kill and a retry: %d sandboxes %+v", len(list), list)
 			}
-			if out := c.command(tokA, sb.ID, "echo alive"); out.Stdout != "alive\n" {
+			if out := c.command(sb.ID, "echo alive"); out.Stdout != "alive\n" {
 				t.Fatalf("sandbox: %+v", out)
 			}
 			rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})

@@ -28,7 +28,7 @@ var (
 func fuzzServer(t testing.TB) (http.Handler, string) {
 	fuzzOnce.Do(func() {
 		// Not t.TempDir: the server outlives the first input that starts it.
-		dir, err := os.MkdirTemp("", "rarecloud-fuzz-")
+		dir, err := os.MkdirTemp("", "rarecloud-fuzz-") //nolint:usetesting // outlives the input that starts it
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func fuzzServer(t testing.TB) (http.Handler, string) {
 		}
 		fuzzSrv = api.New(m, toks, nil)
 		rec := httptest.NewRecorder()
-		fuzzSrv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes", `{"template":"python"}`, ""))
+		fuzzSrv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes", `{"template":"python"}`))
 		var env struct {
 			Data struct{ ID string } `json:"data"`
 		}
@@ -59,16 +59,13 @@ func fuzzServer(t testing.TB) (http.Handler, string) {
 	return fuzzSrv, fuzzID
 }
 
-func fuzzRequest(method, target, body, key string) *http.Request {
+func fuzzRequest(method, target, body string) *http.Request {
 	r := httptest.NewRequest(method, "http://backend.test/", strings.NewReader(body))
 	r.URL = &url.URL{Path: target}
 	if i := strings.IndexByte(target, '?'); i >= 0 {
 		r.URL = &url.URL{Path: target[:i], RawQuery: target[i+1:]}
 	}
 	r.Header.Set("Authorization", "Bearer "+tokA)
-	if key != "" {
-		r.Header.Set("Idempotency-Key", key)
-	}
 	return r
 }
 
@@ -117,7 +114,7 @@ func FuzzCreateBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body, key string) {
 		srv, _ := fuzzServer(t)
 		rec := httptest.NewRecorder()
-		req := fuzzRequest("POST", "/v1/sandboxes", body, "")
+		req := fuzzRequest("POST", "/v1/sandboxes", body)
 		if key != "" {
 			req.Header["Idempotency-Key"] = []string{key}
 		}
@@ -150,7 +147,7 @@ func FuzzExecBodies(f *testing.F) {
 		srv, id := fuzzServer(t)
 		for _, route := range []string{"/commands", "/run_code"} {
 			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes/"+id+route, body, ""))
+			srv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes/"+id+route, body))
 			checkAnswer(t, rec)
 		}
 	})
@@ -167,7 +164,7 @@ func FuzzFilePaths(f *testing.F) {
 		srv, id := fuzzServer(t)
 		body, _ := json.Marshal(map[string]string{"path": path, "content": content})
 		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest("PUT", "/v1/sandboxes/"+id+"/files", string(body), ""))
+		srv.ServeHTTP(rec, fuzzRequest("PUT", "/v1/sandboxes/"+id+"/files", string(body)))
 		checkAnswer(t, rec)
 		wrote := rec.Code == 200
 		if wrote && (!strings.HasPrefix(path, "/") || strings.IndexByte(path, 0) >= 0) {
@@ -176,7 +173,7 @@ func FuzzFilePaths(f *testing.F) {
 		// JSON carries text: invalid UTF-8 arrived as U+FFFD, in the path too.
 		sent, want := viaJSON(path), viaJSON(content)
 		rec = httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest("GET", "/v1/sandboxes/"+id+"/files?path="+url.QueryEscape(sent), "", ""))
+		srv.ServeHTTP(rec, fuzzRequest("GET", "/v1/sandboxes/"+id+"/files?path="+url.QueryEscape(sent), ""))
 		checkAnswer(t, rec)
 		if wrote {
 			var env struct {
@@ -216,7 +213,7 @@ func FuzzRoutes(f *testing.F) {
 			return // not a method a client can send
 		}
 		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest(method, target, "{}", ""))
+		srv.ServeHTTP(rec, fuzzRequest(method, target, "{}"))
 		if method == "HEAD" {
 			return
 		}

@@ -53,7 +53,7 @@ var (
 func realBackend(t *testing.T) *client {
 	t.Helper()
 	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rarecloud-api-test-")
+		dir, err := os.MkdirTemp("", "rarecloud-api-test-") //nolint:usetesting // shared by every test, removed in TestMain
 		if err != nil {
 			sharedErr = err
 			return
@@ -112,7 +112,9 @@ func cleanupAll(b *testbackend.Backend) {
 			_ = json.Unmarshal(env.Data, &list)
 		}
 		for _, sb := range list {
-			c.raw("DELETE", "/sandboxes/"+sb["id"].(string), tok, nil, nil)
+			if id, ok := sb["id"].(string); ok {
+				c.raw("DELETE", "/sandboxes/"+id, tok, nil, nil)
+			}
 		}
 	}
 }
@@ -370,9 +372,10 @@ func (c *client) running(token string, body map[string]any) sandbox {
 	return c.waitStatus(token, sb.ID, "running")
 }
 
-func (c *client) command(token, id, cmd string) execResult {
+// command runs cmd in one of account a's sandboxes.
+func (c *client) command(id, cmd string) execResult {
 	c.t.Helper()
-	r := c.do("POST", "/sandboxes/"+id+"/commands", token, map[string]any{"cmd": cmd}, nil)
+	r := c.do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": cmd}, nil)
 	return decodeData[execResult](c.t, r)
 }
 

@@ -34,7 +34,7 @@ func TestWarmPool(t *testing.T) {
 	if first.Status != "running" {
 		t.Fatalf("claimed sandbox is %s, want running at once", first.Status)
 	}
-	out := c.command(tokA, first.ID, `echo "$SECRET_HASH"; id -u`)
+	out := c.command(first.ID, `echo "$SECRET_HASH"; id -u`)
 	if out.Stdout != "abc\n10001\n" {
 		t.Fatalf("claimed sandbox: %+v", out)
 	}
@@ -50,8 +50,8 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("second claim: %s", second.Status)
 	}
 	// A fresh container, not the first one again.
-	c.command(tokA, first.ID, "echo mine > /home/user/owner")
-	if out := c.command(tokA, second.ID, "cat /home/user/owner 2>&1; echo \"[$SECRET_HASH]\""); out.Stdout != "cat: /home/user/owner: No such file or directory\n[]\n" {
+	c.command(first.ID, "echo mine > /home/user/owner")
+	if out := c.command(second.ID, "cat /home/user/owner 2>&1; echo \"[$SECRET_HASH]\""); out.Stdout != "cat: /home/user/owner: No such file or directory\n[]\n" {
 		t.Fatalf("second sandbox sees the first one's state: %q", out.Stdout)
 	}
 	// Run mode and custom images never come from the pool.
@@ -80,7 +80,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = newClient(t, b2.URL())
-	if out := c.command(tokA, first.ID, "cat /home/user/owner"); out.Stdout != "mine\n" {
+	if out := c.command(first.ID, "cat /home/user/owner"); out.Stdout != "mine\n" {
 		t.Fatalf("claimed sandbox after restart: %+v", out)
 	}
 	after := poolContainers(ctx, t, dir)

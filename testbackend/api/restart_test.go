@@ -80,7 +80,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	}
 	defer b2.Close()
 	c = newClient(t, b2.URL())
-	if out := c.command(tokA, keep.ID, "echo still-here"); out.Stdout != "still-here\n" {
+	if out := c.command(keep.ID, "echo still-here"); out.Stdout != "still-here\n" {
 		t.Fatalf("kept sandbox: %+v", out)
 	}
 	if got := decodeData[sandbox](t, c.do("GET", "/sandboxes/"+keep.ID, tokA, nil, nil)); got.Labels["r"] != "keep" || got.CreatedAt != keep.CreatedAt {
@@ -239,18 +239,18 @@ func TestSmallDisk(t *testing.T) {
 	if got := decodeData[struct{ Content string }](t, c.do("GET", path+"?path=/home/user/a", tokA, nil, nil)); got.Content != chunk {
 		t.Fatalf("old content damaged by a failed write (%d bytes)", len(got.Content))
 	}
-	if out := c.command(tokA, id, "ls -A /home/user"); out.Stdout != "a\n" {
+	if out := c.command(id, "ls -A /home/user"); out.Stdout != "a\n" {
 		t.Fatalf("leftovers after failed writes: %q", out.Stdout)
 	}
-	if out := c.command(tokA, id, "df -k /home/user | tail -1 | awk '{print $2}'"); strings.TrimSpace(out.Stdout) != "3072" {
+	if out := c.command(id, "df -k /home/user | tail -1 | awk '{print $2}'"); strings.TrimSpace(out.Stdout) != "3072" {
 		t.Errorf("home size = %q KiB, want 3072", out.Stdout)
 	}
 	// /tmp has its own size; a file over the read limit is refused, not truncated.
-	if out := c.command(tokA, id, "head -c 9000000 /dev/zero | tr '\\0' a > /tmp/big && echo ok"); out.Stdout != "ok\n" {
+	if out := c.command(id, "head -c 9000000 /dev/zero | tr '\\0' a > /tmp/big && echo ok"); out.Stdout != "ok\n" {
 		t.Fatalf("make big file: %+v", out)
 	}
 	expectErr(t, c.do("GET", path+"?path=/tmp/big", tokA, nil, nil), 413, "FILE_TOO_LARGE")
-	if out := c.command(tokA, id, "echo alive"); out.Stdout != "alive\n" {
+	if out := c.command(id, "echo alive"); out.Stdout != "alive\n" {
 		t.Fatalf("sandbox after full disk: %+v", out)
 	}
 	c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)

@@ -154,7 +154,7 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 			return
 		}
 		if exit.Err != nil {
-			m.containerGone(id, cid, exit.Err)
+			m.containerGone(id, exit.Err)
 			return
 		}
 		m.exited(id, cid, exit.Code)
@@ -214,7 +214,7 @@ func (m *Manager) exited(id, cid string, code int) {
 
 // containerGone handles a wait that failed: the container vanished or the
 // engine went away. Reconciliation sorts out which.
-func (m *Manager) containerGone(id, cid string, err error) {
+func (m *Manager) containerGone(id string, err error) {
 	m.log.Warn("lost sight of a sandbox container", "sandbox", id, "err", err)
 	if errors.Is(err, runtime.ErrEngineUnavailable) {
 		m.engineDown(err)

@@ -116,12 +116,12 @@ func run(o options) error {
 	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+token+`","account":"bench","scopes":["services:read","services:write"]}]}`), 0o600); err != nil {
 		return err
 	}
-	warm, err := startBackend(ctx, bin, tokens, filepath.Join(work, "warm"), o.pool, o.out)
+	warm, err := startBackend(bin, tokens, filepath.Join(work, "warm"), o.pool, o.out)
 	if err != nil {
 		return err
 	}
 	defer warm.stop()
-	cold, err := startBackend(ctx, bin, tokens, filepath.Join(work, "cold"), 0, o.out)
+	cold, err := startBackend(bin, tokens, filepath.Join(work, "cold"), 0, o.out)
 	if err != nil {
 		return err
 	}
@@ -153,8 +153,8 @@ func run(o options) error {
 
 	add(createToRunning(ctx, wc, o.n, "create → running (pool warm)", "base", warm), "floor: container create+start (runsc)")
 	add(createToRunning(ctx, cc, o.n/2, "create → running (pool empty)", "base", nil), "floor: container create+start (runsc)")
-	add(createToFirst(ctx, wc, o.n, "create → first commands result (pool warm)", "base", warm, func(id string) error { return command(ctx, wc, id, "echo hi") }), "floor: create+start, then exec echo")
-	add(createToFirst(ctx, cc, o.n/2, "create → first commands result (pool empty)", "base", nil, func(id string) error { return command(ctx, cc, id, "echo hi") }), "floor: create+start, then exec echo")
+	add(createToFirst(ctx, wc, o.n, "create → first commands result (pool warm)", "base", warm, func(id string) error { return echo(ctx, wc, id) }), "floor: create+start, then exec echo")
+	add(createToFirst(ctx, cc, o.n/2, "create → first commands result (pool empty)", "base", nil, func(id string) error { return echo(ctx, cc, id) }), "floor: create+start, then exec echo")
 	add(createToFirst(ctx, wc, o.n/2, "create → first run_code python (pool warm)", "python", warm, func(id string) error { return runCode(ctx, wc, id, "python", "print('hi')") }), "floor: exec python3 -c print")
 	add(createToFirst(ctx, wc, o.n/2, "create → first run_code node (pool warm)", "node", warm, func(id string) error { return runCode(ctx, wc, id, "node", "console.log('hi')") }), "floor: exec node -e")
 
@@ -162,7 +162,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	add(repeat(o.n*5, func() error { return command(ctx, wc, py, "echo hi") }, "commands round trip (echo hi)"), "floor: exec echo hi")
+	add(repeat(o.n*5, func() error { return echo(ctx, wc, py) }, "commands round trip (echo hi)"), "floor: exec echo hi")
 	add(repeat(o.n, func() error { return runCode(ctx, wc, py, "python", "print('hi')") }, "run_code python round trip"), "floor: exec python3 -c print")
 	mb := strings.Repeat("x", sandbox.MaxFileChars) // the largest write the API takes, about 1 MB
 	add(repeat(o.n, func() error { _, err := wc.WriteFile(ctx, py, "/home/user/1mb.txt", mb); return err }, "1 MB file write (1,000,000 characters)"), "")
@@ -290,8 +290,9 @@ func repeat(n int, f func() error, name string) *row {
 	return summarize(name, samples, errs)
 }
 
-func command(ctx context.Context, c *client.Client, id, cmd string) error {
-	res, err := c.RunCommand(ctx, id, client.CommandRequest{Cmd: cmd})
+// echo runs `echo hi`, the command every command row measures.
+func echo(ctx context.Context, c *client.Client, id string) error {
+	res, err := c.RunCommand(ctx, id, client.CommandRequest{Cmd: "echo hi"})
 	if err == nil && (res.ExitCode == nil || *res.ExitCode != 0) {
 		err = fmt.Errorf("exit code %v: %s", res.ExitCode, res.Stderr)
 	}
@@ -453,7 +454,7 @@ func spreadCommands(ctx context.Context, c *client.Client, ids []string, total, 
 			defer wg.Done()
 			for i := range jobs {
 				t0 := time.Now()
-				err := command(ctx, c, ids[i%len(ids)], "echo hi")
+				err := echo(ctx, c, ids[i%len(ids)])
 				mu.Lock()
 				if err != nil {
 					errs++
@@ -479,7 +480,7 @@ type backend struct {
 	done chan error
 }
 
-func startBackend(ctx context.Context, bin, tokens, data string, pool int, logDir string) (*backend, error) {
+func startBackend(bin, tokens, data string, pool int, logDir string) (*backend, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -564,7 +565,10 @@ func (b *backend) stop() {
 	if b.cmd.Process != nil {
 		_ = b.cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-b.done:
+		case err := <-b.done:
+			if err != nil && !strings.Contains(err.Error(), "signal") {
+				fmt.Fprintln(os.Stderr, "bench: backend exited:", err)
+			}
 		case <-time.After(30 * time.Second):
 			_ = b.cmd.Process.Kill()
 		}
