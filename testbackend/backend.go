@@ -59,6 +59,8 @@ type Config struct {
 type Backend struct {
 	url      string
 	devToken string
+	// devTokenNew is true when this start created the development token.
+	devTokenNew bool
 	srv      *http.Server
 	mgr      *sandbox.Manager
 	rt       runtime.Runtime
@@ -205,11 +207,11 @@ func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, error) {
 		}
 		tokens = f.Tokens
 	default:
-		tok, err := devToken(dataDir)
+		tok, created, err := devToken(dataDir)
 		if err != nil {
 			return nil, err
 		}
-		b.devToken = tok
+		b.devToken, b.devTokenNew = tok, created
 		tokens = []Token{{Token: tok, Account: "dev", Scopes: []string{api.ScopeRead, api.ScopeWrite}}}
 	}
 	out := make([]api.Token, 0, len(tokens))
@@ -228,25 +230,25 @@ func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, error) {
 }
 
 // devToken reads the development token, creating it on first use.
-func devToken(dataDir string) (string, error) {
+func devToken(dataDir string) (string, bool, error) {
 	path := filepath.Join(dataDir, DevTokenFile)
 	if data, err := os.ReadFile(path); err == nil {
 		if tok := strings.TrimSpace(string(data)); tok != "" {
-			return tok, nil
+			return tok, false, nil
 		}
 	}
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
+		return "", false, err
 	}
 	tok := "rc_pat_" + hex.EncodeToString(raw[:])
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return tok, nil
+	return tok, true, nil
 }
 
 // URL is the API base, for example http://127.0.0.1:8080/v1.
@@ -254,6 +256,9 @@ func (b *Backend) URL() string { return b.url }
 
 // DevToken is the development token used when no tokens were configured.
 func (b *Backend) DevToken() string { return b.devToken }
+
+// DevTokenCreated reports whether this start created the development token.
+func (b *Backend) DevTokenCreated() bool { return b.devTokenNew }
 
 // Runtime exposes the engine client (nil in test mode), for tests.
 func (b *Backend) Runtime() runtime.Runtime { return b.rt }

@@ -198,6 +198,9 @@ func TestDevTokenIsCreatedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := b.DevToken()
+	if !b.DevTokenCreated() {
+		t.Error("first start did not report creating the token")
+	}
 	b.Close()
 	saved, err := os.ReadFile(dir + "/" + testbackend.DevTokenFile)
 	if err != nil || strings.TrimSpace(string(saved)) != tok || !strings.HasPrefix(tok, "rc_pat_") {
@@ -208,8 +211,8 @@ func TestDevTokenIsCreatedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.DevToken() != tok {
-		t.Fatal("dev token changed across restarts")
+	if b.DevToken() != tok || b.DevTokenCreated() {
+		t.Fatal("dev token changed across restarts, or was reported as new")
 	}
 	c := newClient(t, b.URL())
 	if r := c.do("GET", "/sandboxes", tok, nil, nil); r.status != 200 {

@@ -71,7 +71,12 @@ func run(args []string) error {
 	log.Info("serving the RareCloud API", "url", b.URL(), "mode", cfg.Mode, "data", cfg.DataDir)
 	if tok := b.DevToken(); tok != "" {
 		path := filepath.Join(cfg.DataDir, testbackend.DevTokenFile)
-		fmt.Fprintf(os.Stderr, "development token (account dev, services:read and services:write), kept in %s:\n%s\n", path, tok)
+		if b.DevTokenCreated() {
+			// Printed once, when it is made; afterwards only where it is.
+			fmt.Fprintf(os.Stderr, "created a development token (account dev, services:read and services:write), kept in %s:\n%s\n", path, tok)
+		} else {
+			log.Info("using the development token", "file", path)
+		}
 	}
 	<-ctx.Done()
 	log.Info("shutting down")
