@@ -61,10 +61,10 @@ type Backend struct {
 	devToken string
 	// devTokenNew is true when this start created the development token.
 	devTokenNew bool
-	srv      *http.Server
-	mgr      *sandbox.Manager
-	rt       runtime.Runtime
-	done     chan struct{}
+	srv         *http.Server
+	mgr         *sandbox.Manager
+	rt          runtime.Runtime
+	done        chan struct{}
 }
 
 // DevTokenFile is where a backend without configured tokens keeps its

@@ -156,8 +156,9 @@ func (m *Manager) Templates() []Template {
 
 func (m *Manager) templateNames() []string { return append([]string(nil), m.order...) }
 
-// Close stops timers and background work. Records and containers stay
-// for the next start.
+// Close stops timers and background work. Sandboxes stay, as records and
+// containers, for the next start; idle warm containers go, since nothing
+// would own them if this backend never came back.
 func (m *Manager) Close() {
 	m.cancel()
 	m.mu.Lock()
@@ -167,6 +168,7 @@ func (m *Manager) Close() {
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
+	m.drainPools()
 }
 
 // View is a sandbox as the API shows it.

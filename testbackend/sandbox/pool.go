@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
@@ -90,6 +91,33 @@ func (m *Manager) poolSpec(template string) runtime.Spec {
 	spec.Name = "rarecloud-pool-" + newID()[4:]
 	spec.Labels = map[string]string{runtime.LabelPool: template}
 	return spec
+}
+
+// drainPools removes every idle warm container.
+func (m *Manager) drainPools() {
+	m.mu.Lock()
+	var idle []string
+	for _, p := range m.pools {
+		idle = append(idle, p.ready...)
+		p.ready = nil
+	}
+	m.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range idle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.rt.Remove(ctx, id); err != nil {
+				m.log.Warn("warm pool: container not removed at shutdown; the next start removes it", "container", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // PoolReady reports how many warm containers a template has, for tests
