@@ -216,9 +216,6 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
 		if msg.Error != nil {
 			return fmt.Errorf("%w: pulling %s: %s", ErrImageUnavailable, ref, msg.Error.Message)
 		}
-		if msg.ErrorMessage != "" {
-			return fmt.Errorf("%w: pulling %s: %s", ErrImageUnavailable, ref, msg.ErrorMessage)
-		}
 	}
 	if _, err := d.cli.ImageInspect(ctx, ref); err != nil {
 		if isEngineDown(err) {
@@ -425,7 +422,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	}
 	if goTimedOut || waitErr != nil {
 		closeConn()
-		<-copied
+		<-copied // the copy ends with the connection; its error says nothing new
 	}
 	res.Duration = time.Since(start)
 	res.Stdout, res.StdoutTruncated = stdout.bytes()
@@ -473,15 +470,15 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 }
 
 // Logs returns the main process's stdout and stderr interleaved in the
-// order the engine received them, keeping the last max bytes (max <= 0: all).
-func (d *Docker) Logs(ctx context.Context, id string, max int) ([]byte, error) {
+// order the engine received them, keeping the last limit bytes (limit <= 0: all).
+func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
 	rc, err := d.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return nil, d.containerErr("read logs of", id, err)
 	}
 	defer rc.Close()
 	// One writer for both streams: frames land in the order they come.
-	tb := &tailBuffer{max: max}
+	tb := &tailBuffer{max: limit}
 	if _, err := stdcopy.StdCopy(tb, tb, rc); err != nil && !errors.Is(err, io.EOF) {
 		return tb.bytes(), d.containerErr("read logs of", id, err)
 	}

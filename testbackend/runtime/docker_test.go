@@ -611,7 +611,11 @@ func TestSandboxCannotReachHost(t *testing.T) {
 			c.Close()
 		}
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("listener address %v is not TCP", ln.Addr())
+	}
+	port := addr.Port
 	id := start(t, d, testSpec(t))
 
 	res := exec(t, d, id, ExecRequest{

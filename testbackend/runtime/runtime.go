@@ -100,8 +100,8 @@ type Runtime interface {
 	Wait(ctx context.Context, id string) Exit
 	// Exec runs a process as the sandbox user.
 	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
-	// Logs returns the main process's stdout and stderr interleaved as they came, at most max bytes (the tail).
-	Logs(ctx context.Context, id string, max int) ([]byte, error)
+	// Logs returns the main process's stdout and stderr interleaved as they came, at most limit bytes (the tail).
+	Logs(ctx context.Context, id string, limit int) ([]byte, error)
 	// Remove stops and removes the container; ErrNotFound counts as done and returns nil.
 	Remove(ctx context.Context, id string) error
 	// List returns the containers owned by this runtime's instance.
