@@ -495,3 +495,37 @@ func TestFilePathsStayInside(t *testing.T) {
 		t.Fatalf("after hostile writes:\n%s\nwant:\n%s", out.Stdout, want)
 	}
 }
+
+// TestWaitFor: a GET with waitFor answers when the status changes, in one
+// call, instead of the client polling.
+func TestWaitFor(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	sb := c.create(tokA, map[string]any{})
+	r := c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=running&timeoutMs=60000", tokA, nil, nil)
+	if got := decodeData[sandbox](t, r); got.Status != "running" {
+		t.Fatalf("waitFor=running answered %s", got.Status)
+	}
+	// A run-mode job: waiting for running still returns once it has ended.
+	job := c.create(tokA, map[string]any{"cmd": []string{"sh", "-c", "exit 9"}})
+	r = c.do("GET", "/sandboxes/"+job.ID+"?waitFor=exited&timeoutMs=60000", tokA, nil, nil)
+	if got := decodeData[sandbox](t, r); got.Status != "exited" || got.ExitCode == nil || *got.ExitCode != 9 {
+		t.Fatalf("waitFor=exited answered %+v", got)
+	}
+	// Time up: the sandbox as it is.
+	start := time.Now()
+	r = c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited&timeoutMs=300", tokA, nil, nil)
+	if got := decodeData[sandbox](t, r); got.Status != "running" || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("timed-out wait answered %s after %v", got.Status, time.Since(start))
+	}
+	// Deleted while waiting: 404.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		c.raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
+	}()
+	expectErr(t, c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited", tokA, nil, nil), 404, "NOT_FOUND")
+	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=done", tokA, nil, nil), 400, "INVALID_REQUEST")
+	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=running&timeoutMs=600000", tokA, nil, nil), 400, "INVALID_TIMEOUT")
+	// Another account waits for nothing.
+	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=running", tokB, nil, nil), 404, "NOT_FOUND")
+}

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -59,8 +61,49 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
 	s.writeData(w, http.StatusCreated, res.Sandbox)
 }
 
-func (s *Server) get(w http.ResponseWriter, _ *http.Request, c *call) {
+// MaxWaitMs bounds GET /sandboxes/{id}?waitFor=…
+const MaxWaitMs = 60_000
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c *call) {
+	q := r.URL.Query()
+	if waitFor := q.Get("waitFor"); waitFor != "" {
+		s.waitFor(w, r, c, waitFor, q.Get("timeoutMs"))
+		return
+	}
 	v, err := s.mgr.Get(c.account, c.id)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, v)
+}
+
+// waitFor answers GET /sandboxes/{id}?waitFor=running[,exited…]&timeoutMs=N
+// once the sandbox has one of the statuses, has ended, or the time is up:
+// a client learns of a change when it happens instead of polling for it.
+func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFor, timeout string) {
+	var want []string
+	for _, st := range strings.Split(waitFor, ",") {
+		switch st {
+		case sandbox.StatusPending, sandbox.StatusRunning, sandbox.StatusExited, sandbox.StatusTerminated:
+			want = append(want, st)
+		default:
+			s.writeErr(w, apiErr(sandbox.CodeInvalidRequest, "waitFor takes statuses from pending, running, exited and terminated, comma-separated; got %q", st))
+			return
+		}
+	}
+	ms := int64(30_000)
+	if timeout != "" {
+		v, err := strconv.ParseInt(timeout, 10, 64)
+		if err != nil || v < 1 || v > MaxWaitMs {
+			s.writeErr(w, apiErr(sandbox.CodeInvalidTimeout, "timeoutMs of a wait must be 1 to %d, got %q", MaxWaitMs, timeout))
+			return
+		}
+		ms = v
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
+	defer cancel()
+	v, err := s.mgr.WaitStatus(ctx, c.account, c.id, want)
 	if err != nil {
 		s.writeErr(w, err)
 		return

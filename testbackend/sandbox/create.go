@@ -310,6 +310,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
 	_ = m.persistLocked(sb)
+	m.notifyLocked(id)
 	m.watchLocked(sb)
 	m.mu.Unlock()
 }
@@ -326,6 +327,7 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	sb.ContainerID = ""
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
+	m.notifyLocked(sb.ID)
 }
 
 // startContainer starts a sandbox's container. A container of the same

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -77,6 +78,8 @@ type Manager struct {
 	ending   map[string]bool // expiring: their container is being removed
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
+	// changed holds, per sandbox, a channel closed at its next status change.
+	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.
 	poolChanged chan struct{}
 
@@ -132,6 +135,7 @@ func New(cfg Config) (*Manager, error) {
 		ending:    map[string]bool{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
+		changed:   map[string]chan struct{}{},
 
 		poolChanged: make(chan struct{}),
 	}
@@ -264,6 +268,44 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
+// notifyLocked wakes everyone waiting for the sandbox's status to change.
+func (m *Manager) notifyLocked(id string) {
+	if ch := m.changed[id]; ch != nil {
+		close(ch)
+		delete(m.changed, id)
+	}
+}
+
+// WaitStatus waits until the sandbox has one of the statuses, has ended,
+// or is gone, or until ctx ends, and returns it as it then is. The wait is
+// an event: every status change closes a channel, nothing polls.
+func (m *Manager) WaitStatus(ctx context.Context, account, id string, want []string) (View, error) {
+	for {
+		m.mu.Lock()
+		sb := m.boxes[id]
+		if sb == nil || sb.Account != account {
+			m.mu.Unlock()
+			return View{}, notFound(id)
+		}
+		if slices.Contains(want, sb.Status) || sb.Status == StatusExited || sb.Status == StatusTerminated {
+			v := view(sb)
+			m.mu.Unlock()
+			return v, nil
+		}
+		ch := m.changed[id]
+		if ch == nil {
+			ch = make(chan struct{})
+			m.changed[id] = ch
+		}
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return m.Get(account, id)
+		}
+	}
+}
+
 // Delete stops and removes the sandbox; afterwards its id answers 404.
 func (m *Manager) Delete(ctx context.Context, account, id string) error {
 	m.mu.Lock()
@@ -294,6 +336,7 @@ func (m *Manager) forgetLocked(sb *store.Sandbox) error {
 // dropLocked forgets a record in memory only.
 func (m *Manager) dropLocked(sb *store.Sandbox) {
 	delete(m.boxes, sb.ID)
+	m.notifyLocked(sb.ID)
 	if t := m.timers[sb.ID]; t != nil {
 		t.Stop()
 		delete(m.timers, sb.ID)

@@ -207,7 +207,7 @@ func run(o options) error {
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("warm backend: pool of %d per template; cold backend: no pool; both separate processes on loopback", o.pool),
 		"floor: the same operations through the Docker Engine API directly, runsc, in this run",
-		"create → first result uses the provider's API client, which retries SANDBOX_NOT_READY with backoff from 100 ms")
+		"create → first result: create, then GET ?waitFor=running (answered when the container runs), then the call")
 	return writeReport(rep, o.out)
 }
 
@@ -307,16 +307,27 @@ func runCode(ctx context.Context, c *client.Client, id, lang, code string) error
 	return err
 }
 
-// waitRunning waits with a backoff that starts small.
+// waitRunning asks the backend to answer when the sandbox runs
+// (GET …?waitFor=running): one request, no polling.
 func waitRunning(ctx context.Context, c *client.Client, sb *client.Sandbox) error {
-	wait := 5 * time.Millisecond
-	for sb.Status == "pending" {
-		time.Sleep(wait)
-		wait = min(wait*2, 100*time.Millisecond)
-		var err error
-		if sb, err = c.GetSandbox(ctx, sb.ID); err != nil {
+	if sb.Status == "pending" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL()+"/sandboxes/"+sb.ID+"?waitFor=running&timeoutMs=60000", nil)
+		if err != nil {
 			return err
 		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var env struct {
+			Data client.Sandbox `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+			return err
+		}
+		sb = &env.Data
 	}
 	if sb.Status != "running" {
 		return fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.Status, sb.TerminationReason)
@@ -371,6 +382,9 @@ func createToFirst(ctx context.Context, c *client.Client, n int, name, template 
 		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: template})
 		if err == nil {
 			ids = append(ids, sb.ID)
+			err = waitRunning(ctx, c, sb)
+		}
+		if err == nil {
 			err = first(sb.ID)
 		}
 		if err != nil {
