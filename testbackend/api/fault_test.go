@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -145,5 +146,130 @@ func TestKilledDuringCreate(t *testing.T) {
 			}
 			c.do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
 		})
+	}
+}
+
+// TestTerraformConvergesAfterBackendKill runs `terraform apply` of three
+// sandboxes, kills the backend with SIGKILL while the creates are in
+// flight, brings it back on the same address and data, and applies again
+// if the first apply failed: Terraform must end with exactly the three
+// sandboxes configured, no duplicates, and no orphan containers.
+func TestTerraformConvergesAfterBackendKill(t *testing.T) {
+	t.Parallel()
+	tf, err := exec.LookPath("terraform")
+	if err != nil {
+		t.Fatal("terraform is not on PATH: it must be preinstalled (see README)")
+	}
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	tokens := filepath.Join(root, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+tokA+`","account":"acct-a","scopes":["services:read","services:write"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The provider from this tree, through a dev_overrides CLI config.
+	pdir := filepath.Join(root, "provider")
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(pdir, "terraform-provider-rarecloud"), "github.com/RareCloudio/terraform-provider-rarecloud").CombinedOutput(); err != nil {
+		t.Fatalf("build provider: %v\n%s", err, out)
+	}
+	cliConfig := filepath.Join(root, "terraformrc")
+	if err := os.WriteFile(cliConfig, []byte(fmt.Sprintf("provider_installation {\n  dev_overrides {\n    \"rarecloudio/rarecloud\" = %q\n  }\n  direct {}\n}\n", pdir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, data, tokens, "")
+	work := filepath.Join(root, "tf")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := fmt.Sprintf("kill-%d", time.Now().UnixNano())
+	config := fmt.Sprintf(`
+terraform {
+  required_providers {
+    rarecloud = { source = "rarecloudio/rarecloud" }
+  }
+}
+provider "rarecloud" {
+  api   = "http://%s/v1"
+  token = %q
+}
+resource "rarecloud_sandbox" "s" {
+  count      = 3
+  template   = "base"
+  timeout_ms = 600000
+  labels     = { run = %q }
+}
+`, p.addr, tokA, run)
+	if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply := func() *exec.Cmd {
+		cmd := exec.Command(tf, "apply", "-auto-approve", "-input=false", "-no-color")
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+cliConfig, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
+		return cmd
+	}
+	first := apply()
+	var firstOut strings.Builder
+	first.Stdout, first.Stderr = &firstOut, &firstOut
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill the backend once the creates are on their way.
+	c := newClient(t, "http://"+p.addr+"/v1")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		st, env := c.raw("GET", "/sandboxes?label=run="+run, tokA, nil, nil)
+		if st == 200 && len(env.Data) > len("[]") { // at least one create arrived
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no create reached the backend:\n%s", firstOut.String())
+		}
+	}
+	p.kill()
+	time.Sleep(500 * time.Millisecond)
+	startProcess(t, data, tokens, p.addr)
+	firstErr := first.Wait()
+	t.Logf("first apply (backend killed during it): err=%v", firstErr)
+	if firstErr != nil {
+		again := apply()
+		if out, err := again.CombinedOutput(); err != nil {
+			t.Fatalf("second apply: %v\nfirst:\n%s\nsecond:\n%s", err, firstOut.String(), out)
+		}
+	}
+	// Exactly what is configured, each one running and in the state.
+	list := decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=run="+run, tokA, nil, nil))
+	running := 0
+	for _, sb := range list {
+		if sb.Status == "running" {
+			running++
+		}
+	}
+	if len(list) != 3 || running != 3 {
+		t.Fatalf("after the kill: %d sandboxes (%d running), want 3: %+v\nfirst apply:\n%s", len(list), running, list, firstOut.String())
+	}
+	show := apply()
+	show.Args = []string{tf, "state", "list"}
+	out, err := show.CombinedOutput()
+	if err != nil || strings.Count(string(out), "rarecloud_sandbox.s[") != 3 {
+		t.Fatalf("state: %v\n%s", err, out)
+	}
+	plan := apply()
+	plan.Args = []string{tf, "plan", "-detailed-exitcode", "-input=false", "-no-color"}
+	if out, err := plan.CombinedOutput(); err != nil {
+		t.Fatalf("plan after convergence is not empty: %v\n%s", err, out)
+	}
+	destroy := apply()
+	destroy.Args = []string{tf, "destroy", "-auto-approve", "-input=false", "-no-color"}
+	if out, err := destroy.CombinedOutput(); err != nil {
+		t.Fatalf("destroy: %v\n%s", err, out)
+	}
+	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if cs, err := rt.List(ctx); err != nil || len(cs) != 0 {
+		t.Fatalf("containers left after destroy: %d (%v)", len(cs), err)
 	}
 }
