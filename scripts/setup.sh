@@ -6,7 +6,8 @@
 #   3. builds the pinned runsc (gVisor) into /usr/local/lib/rarecloud/bin
 #   4. starts our own dockerd on unix:///run/rarecloud/docker.sock with runsc
 #   5. creates the sandbox network rarecloud-sandbox and its firewall rules
-#   6. builds the template images rarecloud/sandbox-{base,python,node}:latest
+#   6. runs the sandboxes' DNS forwarder (dnsmasq on the bridge gateway only)
+#   7. builds the template images rarecloud/sandbox-{base,python,node}:latest
 #
 # Idempotent: a second run only checks and takes seconds. Runs as root,
 # non-interactively. Progress goes to stderr, a one-line summary to stdout.
@@ -24,6 +25,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+
+# The sandboxes' DNS forwarder (teardown.sh names the same files).
+RC_DNS=$RC_NET_GATEWAY
+RC_DNSMASQ_CONF=$RC_ETC/dnsmasq.conf
+RC_DNSMASQ_PID=$RC_RUN/dnsmasq.pid
+RC_DNSMASQ_STAMP=$RC_RUN/dnsmasq.conf.sha256
+RC_DNSMASQ_LOG=$RC_LOGDIR/dnsmasq.log
+# A name the forwarder answers itself (a documentation address, never
+# forwarded): the runtime tests resolve it from inside a sandbox.
+RC_DNS_CHECK_NAME=rarecloud-dns-check.internal
+RC_DNS_CHECK_ADDR=198.51.100.53
 
 export DEBIAN_FRONTEND=noninteractive
 summary=()
@@ -50,7 +62,7 @@ check_tools() {
 }
 
 # ---------------------------------------------------------------- 2. packages
-PACKAGES=(docker.io containerd runc tini mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps)
+PACKAGES=(docker.io containerd runc tini mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps dnsmasq-base)
 
 ensure_packages() {
 	local missing=() p st
@@ -270,8 +282,10 @@ ensure_firewall() {
 		iptables -w -C FORWARD -j DOCKER-USER 2>/dev/null || iptables -w -I FORWARD -j DOCKER-USER
 	fi
 	local c=(-m comment --comment "$RC_FW_COMMENT") r
-	# The host itself (gateway, every host address, any service bound to 0.0.0.0).
+	# The host itself (gateway, every host address, any service bound to 0.0.0.0) ...
 	fw iptables INPUT -i "$RC_NET_BRIDGE" "${c[@]}" -j REJECT --reject-with icmp-port-unreachable
+	# ... except DNS to the forwarder on the gateway (section 6).
+	ensure_dns_accept
 	if command -v ip6tables >/dev/null && ip6tables -w -n -L INPUT >/dev/null 2>&1; then
 		fw ip6tables INPUT -i "$RC_NET_BRIDGE" "${c[@]}" -j REJECT --reject-with icmp6-port-unreachable
 		fw ip6tables FORWARD -i "$RC_NET_BRIDGE" "${c[@]}" -j REJECT --reject-with icmp6-adm-prohibited
@@ -286,6 +300,36 @@ ensure_firewall() {
 		fw iptables DOCKER-USER -i "$RC_NET_BRIDGE" -d "$r" "${c[@]}" -j REJECT --reject-with icmp-net-prohibited
 	done
 	FW_RANGES=("${ranges[@]}")
+}
+
+# dns_accepts_first succeeds when INPUT accepts udp and tcp 53 from the
+# bridge to the forwarder before its first reject or drop of the bridge.
+dns_accepts_first() {
+	iptables -w -S INPUT 2>/dev/null | awk -v br="-i $RC_NET_BRIDGE " -v dst="-d $RC_DNS/32 " '
+		index($0, br) == 0 { next }
+		/ -j ACCEPT$/ && index($0, dst) && / --dport 53 / {
+			if (/ -p udp /) u = 1
+			if (/ -p tcp /) t = 1
+			next
+		}
+		/ -j (REJECT|DROP)( |$)/ { exit }
+		END { exit !(u && t) }'
+}
+
+# ensure_dns_accept lets sandboxes reach the forwarder and nothing else on the
+# host: udp and tcp 53 to the gateway address only. fw inserts at the top, so a
+# reject inserted after these would shadow them: when they are missing or not
+# ahead of it, they are (re)inserted at the top.
+ensure_dns_accept() {
+	dns_accepts_first && return 0
+	local p spec
+	for p in tcp udp; do
+		spec=(-d "$RC_DNS/32" -i "$RC_NET_BRIDGE" -p "$p" -m "$p" --dport 53 -m comment --comment "$RC_FW_COMMENT" -j ACCEPT)
+		while iptables -w -D INPUT "${spec[@]}" 2>/dev/null; do :; done
+		iptables -w -I INPUT 1 "${spec[@]}" || die "iptables -I INPUT 1 ${spec[*]} failed"
+		fw_added=$((fw_added + 1))
+	done
+	dns_accepts_first || die "the DNS accept rules are not ahead of the INPUT reject for $RC_NET_BRIDGE (iptables -S INPUT)"
 }
 
 ensure_network() {
@@ -324,8 +368,8 @@ ensure_network() {
 
 	local json
 	json=$(
-		printf '{\n  "network": "%s",\n  "bridge": "%s",\n  "subnet": "%s",\n  "gateway": "%s",\n  "mtu": %s,\n  "blocked": [' \
-			"$RC_NET_NAME" "$RC_NET_BRIDGE" "$RC_NET_SUBNET" "$RC_NET_GATEWAY" "$mtu"
+		printf '{\n  "network": "%s",\n  "bridge": "%s",\n  "subnet": "%s",\n  "gateway": "%s",\n  "dns": "%s",\n  "mtu": %s,\n  "blocked": [' \
+			"$RC_NET_NAME" "$RC_NET_BRIDGE" "$RC_NET_SUBNET" "$RC_NET_GATEWAY" "$RC_DNS" "$mtu"
 		local first=1 r
 		for r in "${FW_RANGES[@]}"; do
 			((first)) || printf ', '
@@ -348,7 +392,187 @@ ensure_network() {
 	fi
 }
 
-# ---------------------------------------------------------------- 6. images
+# ---------------------------------------------------------------- 6. DNS
+# Docker puts "nameserver 127.0.0.11" (its embedded resolver) into the
+# resolv.conf of a container on a user-defined network, and under gVisor's
+# own network stack that is the sandbox's own loopback; the machine's resolver
+# is in a blocked range. So sandboxes get a forwarder of their own: dnsmasq,
+# bound to the gateway address only (bind-dynamic: it follows the address when
+# the bridge is re-created), forwarding to the host's resolvers. The runtime
+# mounts a resolv.conf that names it (network.json "dns").
+
+DNS_UPSTREAM=()      # dnsmasq lines naming the upstreams
+DNS_UPSTREAM_DESC="" # the same, for people
+
+# dns_upstreams picks the host's resolvers from /etc/resolv.conf. Loopback
+# stubs are skipped when real servers are listed; a host with only a stub
+# (systemd-resolved, a local cache) is followed through a resolv-file
+# instead, which dnsmasq re-reads when it changes.
+dns_upstreams() {
+	local kw addr _ servers=() stubs=()
+	if [[ -r /etc/resolv.conf ]]; then
+		while read -r kw addr _; do
+			[[ $kw == nameserver && -n $addr ]] || continue
+			case $addr in
+			127.* | ::1) stubs+=("$addr") ;;
+			*%*) log "dns: skipping scoped upstream $addr" ;;
+			*) servers+=("$addr") ;;
+			esac
+		done </etc/resolv.conf
+	fi
+	DNS_UPSTREAM=()
+	if ((${#servers[@]} > 0)); then
+		DNS_UPSTREAM+=(no-resolv)
+		for addr in "${servers[@]}"; do DNS_UPSTREAM+=("server=$addr"); done
+		DNS_UPSTREAM_DESC="upstream ${servers[*]}"
+	elif ((${#stubs[@]} > 0)); then
+		local f=/etc/resolv.conf
+		# systemd-resolved lists the real servers here (its stub is 127.0.0.53).
+		if [[ -r /run/systemd/resolve/resolv.conf ]] &&
+			awk '$1 == "nameserver" && $2 !~ /^127\./ && $2 != "::1" {found = 1} END {exit !found}' /run/systemd/resolve/resolv.conf; then
+			f=/run/systemd/resolve/resolv.conf
+		fi
+		DNS_UPSTREAM+=("resolv-file=$f")
+		DNS_UPSTREAM_DESC="upstream from $f"
+	else
+		log "warning: /etc/resolv.conf names no resolver: sandboxes resolve only the names the forwarder answers itself"
+		DNS_UPSTREAM+=(no-resolv)
+		DNS_UPSTREAM_DESC="no upstream"
+	fi
+}
+
+dnsmasq_conf() {
+	cat <<EOF
+# Written by scripts/setup.sh (the next run overwrites it): the DNS forwarder
+# for sandboxes on $RC_NET_NAME. Listens on $RC_DNS port 53 only
+# (udp and tcp); the firewall admits sandboxes to that and nothing else on
+# the host.
+port=53
+listen-address=$RC_DNS
+except-interface=lo
+bind-dynamic
+no-dhcp-interface=$RC_NET_BRIDGE
+pid-file=$RC_DNSMASQ_PID
+log-facility=$RC_DNSMASQ_LOG
+no-hosts
+cache-size=1000
+# No bare names and no reverse lookups of private ranges go upstream.
+domain-needed
+bogus-priv
+# *.internal never leaves this machine; the check name is answered here.
+local=/internal/
+address=/$RC_DNS_CHECK_NAME/$RC_DNS_CHECK_ADDR
+EOF
+	printf '%s\n' "${DNS_UPSTREAM[@]}"
+}
+
+# dnsmasq_pid prints the pid of the dnsmasq that setup started (the pidfile
+# names a live dnsmasq running our configuration file) and fails otherwise.
+dnsmasq_pid() {
+	local pid
+	[[ -r $RC_DNSMASQ_PID ]] || return 1
+	pid=$(<"$RC_DNSMASQ_PID") || return 1
+	pid=${pid//[^0-9]/}
+	[[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == dnsmasq ]] || return 1
+	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "--conf-file=$RC_DNSMASQ_CONF" || return 1
+	printf '%s\n' "$pid"
+}
+
+# running PID: the process exists and is no zombie (dnsmasq daemonizes, so
+# its parent is PID 1, which on these machines reaps late).
+running() {
+	local st
+	st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ -n $st && ${st:0:1} != Z ]]
+}
+
+stop_dnsmasq() {
+	local pid=$1 deadline=$((SECONDS + 10))
+	kill -TERM "$pid" 2>/dev/null || true
+	while running "$pid" && ((SECONDS < deadline)); do sleep 0.05; done
+	if running "$pid"; then
+		kill -KILL "$pid" 2>/dev/null || true
+		while running "$pid"; do sleep 0.05; done
+	fi
+}
+
+# dns_listening succeeds when something listens on the forwarder's address,
+# port 53, for both udp and tcp.
+dns_listening() {
+	local out
+	out=$(ss -Hlnut 'sport = :53' 2>/dev/null) || return 1
+	grep -q "^udp .* $RC_DNS:53 " <<<"$out" && grep -q "^tcp .* $RC_DNS:53 " <<<"$out"
+}
+
+start_dnsmasq() {
+	mkdir -p "$RC_RUN" "$RC_LOGDIR"
+	local out
+	out=$(mktemp)
+	cleanup+=("$out")
+	printf '\n==== %s setup.sh starting dnsmasq\n' "$(date -u +%FT%TZ)" >>"$RC_DNSMASQ_LOG"
+	# dnsmasq daemonizes itself once it listens, and exits non-zero with the
+	# reason on stderr when it cannot (the address is taken, say). Nothing
+	# inherited stays open in it (make's jobserver pipes, a harness's pipes).
+	if ! (
+		for fd in "/proc/$BASHPID/fd"/*; do
+			fd=${fd##*/}
+			((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+		done
+		cd /
+		exec env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+			dnsmasq --conf-file="$RC_DNSMASQ_CONF" </dev/null >"$out" 2>&1
+	); then
+		die "dnsmasq did not start: $(<"$out")"
+	fi
+	local deadline=$((SECONDS + 10))
+	until dnsmasq_pid >/dev/null && dns_listening; do
+		((SECONDS < deadline)) || die "dnsmasq started but does not listen on $RC_DNS:53 (udp and tcp). $(<"$out")
+Last lines of $RC_DNSMASQ_LOG:
+$(tail -n 20 "$RC_DNSMASQ_LOG")"
+		sleep 0.1
+	done
+}
+
+ensure_dns() {
+	command -v dnsmasq >/dev/null || die "dnsmasq missing (package dnsmasq-base)"
+	mkdir -p "$RC_ETC" "$RC_RUN" "$RC_LOGDIR"
+	dns_upstreams
+	local want have=""
+	want=$(dnsmasq_conf)
+	[[ -f $RC_DNSMASQ_CONF ]] && have=$(<"$RC_DNSMASQ_CONF")
+	if [[ $want != "$have" ]]; then
+		printf '%s\n' "$want" >"$RC_DNSMASQ_CONF.tmp"
+		# Checked before it replaces the file: a running forwarder keeps
+		# serving when the new configuration is wrong.
+		local err
+		err=$(dnsmasq --test --conf-file="$RC_DNSMASQ_CONF.tmp" 2>&1) ||
+			die "the generated dnsmasq configuration is invalid ($RC_DNSMASQ_CONF.tmp): $err"
+		mv -f "$RC_DNSMASQ_CONF.tmp" "$RC_DNSMASQ_CONF"
+		log "wrote $RC_DNSMASQ_CONF"
+	fi
+	local sum running_sum="" pid action t
+	sum=$(sha256sum <"$RC_DNSMASQ_CONF" | cut -d' ' -f1)
+	[[ -f $RC_DNSMASQ_STAMP ]] && running_sum=$(<"$RC_DNSMASQ_STAMP")
+	t=$(now_ms)
+	if pid=$(dnsmasq_pid); then
+		if [[ $sum == "$running_sum" ]] && dns_listening; then
+			log "dns ok: dnsmasq (pid $pid) on $RC_DNS:53, $DNS_UPSTREAM_DESC"
+			summary+=("dns ok")
+			return
+		fi
+		log "dnsmasq configuration changed (or it does not listen): restarting it"
+		stop_dnsmasq "$pid"
+		action="restarted"
+	else
+		action="started"
+	fi
+	start_dnsmasq
+	printf '%s\n' "$sum" >"$RC_DNSMASQ_STAMP"
+	log "dns $action: dnsmasq (pid $(dnsmasq_pid)) on $RC_DNS:53, $DNS_UPSTREAM_DESC (log $RC_DNSMASQ_LOG)"
+	summary+=("dns $action on $RC_DNS:53, $DNS_UPSTREAM_DESC ($(($(now_ms) - t))ms)")
+}
+
+# ---------------------------------------------------------------- 7. images
 ensure_images() {
 	local jobs=${RC_IMAGE_JOBS:-3} force=() t out
 	[[ ${RC_FORCE_IMAGES:-} == 1 ]] && force=(--force)
@@ -401,6 +625,7 @@ ensure_runsc
 ensure_dockerd
 ensure_firewall
 ensure_network
+ensure_dns
 ensure_images
 
 total=$(($(now_ms) - t0))

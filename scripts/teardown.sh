@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# make teardown: stops the dockerd that scripts/setup.sh started (by its
-# pidfile) and waits until it is gone. Its containers stop with it.
+# make teardown: stops the dockerd and the sandboxes' DNS forwarder (dnsmasq)
+# that scripts/setup.sh started (by their pidfiles) and waits until they are
+# gone. Its containers stop with dockerd.
 #
-#   scripts/teardown.sh          stop dockerd, keep images, data and rules
+#   scripts/teardown.sh          stop them, keep images, data and rules
 #   scripts/teardown.sh --purge  also delete its data root (images, networks,
 #                                containers), run state, the firewall rules
-#                                tagged rarecloud-sandbox and /etc/rarecloud.
+#                                tagged rarecloud-sandbox (the DNS accepts
+#                                among them) and /etc/rarecloud (with the
+#                                dnsmasq configuration).
 #                                The runsc binary stays (slow to rebuild).
 set -euo pipefail
 
@@ -13,6 +16,11 @@ RC_PROG=teardown
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+
+# As in setup.sh.
+RC_DNSMASQ_CONF=$RC_ETC/dnsmasq.conf
+RC_DNSMASQ_PID=$RC_RUN/dnsmasq.pid
+RC_DNSMASQ_STAMP=$RC_RUN/dnsmasq.conf.sha256
 
 purge=0
 case ${1:-} in
@@ -41,6 +49,37 @@ else
 fi
 rm -f "$RC_CONFIG_STAMP"
 
+# The DNS forwarder: only the dnsmasq that runs our configuration file.
+dns_pid=""
+if [[ -r $RC_DNSMASQ_PID ]]; then
+	dns_pid=$(<"$RC_DNSMASQ_PID")
+	dns_pid=${dns_pid//[^0-9]/}
+	if [[ -z $dns_pid || $(cat "/proc/$dns_pid/comm" 2>/dev/null) != dnsmasq ]] ||
+		! tr '\0' '\n' <"/proc/$dns_pid/cmdline" 2>/dev/null | grep -qxF -- "--conf-file=$RC_DNSMASQ_CONF"; then
+		dns_pid=""
+	fi
+fi
+if [[ -n $dns_pid ]]; then
+	log "stopping dnsmasq (pid $dns_pid)"
+	kill -TERM "$dns_pid" 2>/dev/null || true
+	# Gone once it is a zombie: its parent is PID 1, which may reap late.
+	running() {
+		local st
+		st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+		[[ -n $st && ${st:0:1} != Z ]]
+	}
+	deadline=$((SECONDS + 10))
+	while running "$dns_pid" && ((SECONDS < deadline)); do sleep 0.05; done
+	if running "$dns_pid"; then
+		kill -KILL "$dns_pid" 2>/dev/null || true
+		while running "$dns_pid"; do sleep 0.05; done
+	fi
+	did+=("dnsmasq stopped")
+else
+	did+=("dnsmasq not running")
+fi
+rm -f "$RC_DNSMASQ_PID" "$RC_DNSMASQ_STAMP"
+
 if ((purge)); then
 	# runsc keeps a namespace bind mount (null-netns, shared by its gofers)
 	# under the exec root after its last sandbox: unmount those.
@@ -61,7 +100,7 @@ if ((purge)); then
 		done < <("$tool" -w -S 2>/dev/null | grep -e "--comment \"\?$RC_FW_COMMENT\"\?" || true)
 	done
 	ip link delete "$RC_NET_BRIDGE" 2>/dev/null || true
-	rm -f "$RC_NETWORK_JSON" "$RC_DAEMON_JSON"
+	rm -f "$RC_NETWORK_JSON" "$RC_DAEMON_JSON" "$RC_DNSMASQ_CONF" "$RC_DNSMASQ_CONF.tmp"
 	rmdir "$RC_ETC" 2>/dev/null || true
 	did+=("purged data, images and $n firewall rules")
 fi
