@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +75,8 @@ type sandboxResourceModel struct {
 	Entrypoint      types.List     `tfsdk:"entrypoint"`
 	Command         types.List     `tfsdk:"command"`
 	Env             types.Map      `tfsdk:"env"`
+	EnvWO           types.Map      `tfsdk:"env_wo"`
+	EnvWOVersion    types.Int64    `tfsdk:"env_wo_version"`
 	Labels          types.Map      `tfsdk:"labels"`
 	EffectiveLabels types.Map      `tfsdk:"effective_labels"`
 	WaitForExit     types.Bool     `tfsdk:"wait_for_exit"`
@@ -172,18 +176,35 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"env": schema.MapAttribute{
 				MarkdownDescription: "Environment variables of the sandbox's processes. The API never returns the values " +
-					"(they are not read back, and an imported sandbox has no `env`). Changing it replaces the sandbox.",
+					"(they are not read back, and an imported sandbox has no `env`), but Terraform keeps them in the plan and " +
+					"state, marked sensitive; use `env_wo` for secrets. Changing it replaces the sandbox.",
+				ElementType:   types.StringType,
+				Optional:      true,
+				Sensitive:     true,
+				Validators:    envValidators(),
+				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+			},
+			"env_wo": schema.MapAttribute{
+				MarkdownDescription: "Write-only environment variables (Terraform 1.11 and later), for secrets: sent to the API " +
+					"when the sandbox is created and never stored in the plan or state (they read as null). The values may come " +
+					"from ephemeral values, such as an ephemeral resource or an `ephemeral` variable. Terraform cannot see " +
+					"changes to them: change `env_wo_version` to create a new sandbox with the new values. A key must not also " +
+					"be in `env`. Requires `env_wo_version`.",
 				ElementType: types.StringType,
 				Optional:    true,
 				Sensitive:   true,
-				Validators: []validator.Map{
-					mapvalidator.SizeAtMost(256),
-					mapvalidator.KeysAre(
-						stringvalidator.LengthBetween(1, 255),
-						stringvalidator.RegexMatches(envKeyRE, "must be an environment variable name: letters, digits and '_', not starting with a digit"),
-					),
+				WriteOnly:   true,
+				Validators: append(envValidators(),
+					mapvalidator.AlsoRequires(path.MatchRoot("env_wo_version"))),
+			},
+			"env_wo_version": schema.Int64Attribute{
+				MarkdownDescription: "Version of `env_wo`, stored in state in its place: any change replaces the sandbox, which " +
+					"sends the current `env_wo` values. Increase it whenever `env_wo` changes. Requires `env_wo`.",
+				Optional: true,
+				Validators: []validator.Int64{
+					int64validator.AlsoRequires(path.MatchRoot("env_wo")),
 				},
-				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
 			},
 			"labels": schema.MapAttribute{
 				MarkdownDescription: "Labels of the sandbox, for finding it again (`GET /v1/sandboxes?label=key=value`). " +
@@ -263,19 +284,69 @@ func (r *sandboxResource) ValidateConfig(ctx context.Context, req resource.Valid
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if !cfg.Run.IsNull() && !cfg.Run.IsUnknown() && !cfg.Run.ValueBool() &&
-		(!cfg.Entrypoint.IsNull() || !cfg.Command.IsNull()) {
-		resp.Diagnostics.AddAttributeError(path.Root("run"), "Conflicting run mode",
+	validateRunMode(cfg.Run, cfg.Entrypoint, cfg.Command, cfg.WaitForExit, &resp.Diagnostics)
+	validateEnvKeysDisjoint(cfg.Env, cfg.EnvWO, &resp.Diagnostics)
+}
+
+// validateRunMode checks the run-mode arguments, shared by the managed and
+// the ephemeral rarecloud_sandbox.
+func validateRunMode(run types.Bool, entrypoint, command types.List, waitForExit types.Bool, diags *diag.Diagnostics) {
+	if !run.IsNull() && !run.IsUnknown() && !run.ValueBool() &&
+		(!entrypoint.IsNull() || !command.IsNull()) {
+		diags.AddAttributeError(path.Root("run"), "Conflicting run mode",
 			"run = false conflicts with entrypoint or command: setting either starts the sandbox in run mode. "+
 				"Remove run, or set it to true.")
 	}
-	if cfg.WaitForExit.ValueBool() {
-		mode, known := runModeConfigured(cfg.Run, cfg.Entrypoint, cfg.Command)
+	if waitForExit.ValueBool() {
+		mode, known := runModeConfigured(run, entrypoint, command)
 		if known && !mode {
-			resp.Diagnostics.AddAttributeError(path.Root("wait_for_exit"), "wait_for_exit needs run mode",
+			diags.AddAttributeError(path.Root("wait_for_exit"), "wait_for_exit needs run mode",
 				"wait_for_exit = true only applies to a sandbox in run mode, whose program ends by itself. "+
 					"Set run = true, entrypoint or command, or remove wait_for_exit.")
 		}
+	}
+}
+
+// validateEnvKeysDisjoint refuses a key set in both env and env_wo: which
+// value the sandbox gets would be a guess.
+func validateEnvKeysDisjoint(env, envWO types.Map, diags *diag.Diagnostics) {
+	if env.IsNull() || env.IsUnknown() || envWO.IsNull() || envWO.IsUnknown() {
+		return
+	}
+	var both []string
+	for k := range envWO.Elements() {
+		if _, ok := env.Elements()[k]; ok {
+			both = append(both, k)
+		}
+	}
+	if len(both) == 0 {
+		return
+	}
+	slices.Sort(both)
+	diags.AddAttributeError(path.Root("env_wo"), "Environment variable set twice",
+		fmt.Sprintf("%s set in both env and env_wo. Set each variable in one of them: env_wo for secrets, env for the rest.",
+			quotedList(both)))
+}
+
+func quotedList(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	if len(q) == 1 {
+		return q[0] + " is"
+	}
+	return strings.Join(q, ", ") + " are"
+}
+
+// envValidators are the validators of env and env_wo.
+func envValidators() []validator.Map {
+	return []validator.Map{
+		mapvalidator.SizeAtMost(256),
+		mapvalidator.KeysAre(
+			stringvalidator.LengthBetween(1, 255),
+			stringvalidator.RegexMatches(envKeyRE, "must be an environment variable name: letters, digits and '_', not starting with a digit"),
+		),
 	}
 }
 
@@ -359,26 +430,59 @@ func mergeLabels(defaults, own map[string]string) map[string]string {
 	return out
 }
 
-// createRequest builds the API request from the plan.
-func (r *sandboxResource) createRequest(ctx context.Context, plan sandboxResourceModel) (client.CreateSandboxRequest, diag.Diagnostics) {
+// createRequest builds the API request from the plan and the write-only
+// env_wo, which only the configuration holds.
+func (r *sandboxResource) createRequest(ctx context.Context, plan sandboxResourceModel, envWO types.Map) (client.CreateSandboxRequest, diag.Diagnostics) {
+	return sandboxArgs{
+		Template:   plan.Template,
+		Image:      plan.Image,
+		TimeoutMs:  plan.TimeoutMs,
+		Run:        plan.Run,
+		Entrypoint: plan.Entrypoint,
+		Command:    plan.Command,
+		Env:        plan.Env,
+		EnvWO:      envWO,
+		Labels:     plan.EffectiveLabels,
+	}.request(ctx)
+}
+
+// sandboxArgs are what a sandbox is created from, shared by the managed
+// and the ephemeral rarecloud_sandbox. Labels are the effective labels.
+type sandboxArgs struct {
+	Template, Image     types.String
+	TimeoutMs           types.Int64
+	Run                 types.Bool
+	Entrypoint, Command types.List
+	Env, EnvWO, Labels  types.Map
+}
+
+func (a sandboxArgs) request(ctx context.Context) (client.CreateSandboxRequest, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	req := client.CreateSandboxRequest{
-		Template:  plan.Template.ValueString(),
-		Image:     plan.Image.ValueString(),
-		TimeoutMs: plan.TimeoutMs.ValueInt64(),
-		Run:       plan.Run.ValueBool(),
+		Template:  a.Template.ValueString(),
+		Image:     a.Image.ValueString(),
+		TimeoutMs: a.TimeoutMs.ValueInt64(),
+		Run:       a.Run.ValueBool(),
 	}
-	if !plan.Entrypoint.IsNull() {
-		diags.Append(plan.Entrypoint.ElementsAs(ctx, &req.Entrypoint, false)...)
+	if !a.Entrypoint.IsNull() {
+		diags.Append(a.Entrypoint.ElementsAs(ctx, &req.Entrypoint, false)...)
 	}
-	if !plan.Command.IsNull() {
-		diags.Append(plan.Command.ElementsAs(ctx, &req.Cmd, false)...)
+	if !a.Command.IsNull() {
+		diags.Append(a.Command.ElementsAs(ctx, &req.Cmd, false)...)
 	}
-	if !plan.Env.IsNull() {
-		diags.Append(plan.Env.ElementsAs(ctx, &req.Env, false)...)
+	for _, m := range []types.Map{a.Env, a.EnvWO} {
+		if m.IsNull() || m.IsUnknown() {
+			continue
+		}
+		vars := map[string]string{}
+		diags.Append(m.ElementsAs(ctx, &vars, false)...)
+		if req.Env == nil && len(vars) > 0 {
+			req.Env = make(map[string]string, len(vars))
+		}
+		maps.Copy(req.Env, vars)
 	}
-	if !plan.EffectiveLabels.IsNull() && !plan.EffectiveLabels.IsUnknown() {
-		diags.Append(plan.EffectiveLabels.ElementsAs(ctx, &req.Labels, false)...)
+	if !a.Labels.IsNull() && !a.Labels.IsUnknown() {
+		diags.Append(a.Labels.ElementsAs(ctx, &req.Labels, false)...)
 	}
 	return req, diags
 }
@@ -423,9 +527,12 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// env_wo is write-only: null in the plan, only the configuration has it.
+	var envWO types.Map
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("env_wo"), &envWO)...)
 	createTimeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
 	resp.Diagnostics.Append(diags...)
-	body, diags := r.createRequest(ctx, plan)
+	body, diags := r.createRequest(ctx, plan, envWO)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
