@@ -99,8 +99,9 @@ func (p *rarecloudProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				Sensitive: true,
 			},
 			"default_labels": schema.MapAttribute{
-				MarkdownDescription: "Labels added to every sandbox this provider creates. A sandbox's own `labels` win " +
-					"over these for the same key. Changing them replaces the sandboxes whose labels change.",
+				MarkdownDescription: "Labels added to every sandbox this provider creates, for example to trace each " +
+					"sandbox to its Terraform workspace (`workspace = terraform.workspace`). A sandbox's own `labels` win over " +
+					"these for the same key. Changing them replaces the sandboxes whose labels change.",
 				ElementType: types.StringType,
 				Optional:    true,
 				Validators:  labelValidators(),
@@ -192,6 +193,8 @@ func (p *rarecloudProvider) DataSources(_ context.Context) []func() datasource.D
 		NewSandboxTemplatesDataSource,
 		NewSandboxTemplateDataSource,
 		NewSandboxLogsDataSource,
+		NewSandboxDataSource,
+		NewSandboxesDataSource,
 	}
 }
 
