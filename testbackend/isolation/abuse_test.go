@@ -1,0 +1,189 @@
+package isolation
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// answerBound is how long the backend and a bystander sandbox may take to
+// answer while another sandbox misbehaves: loose, the machine is shared.
+const answerBound = 10 * time.Second
+
+// watchBystander probes the backend and a bystander sandbox until stop is
+// closed, and returns how many probes ran and the slowest answer. Failures
+// are reported on t (from this goroutine with Errorf).
+func watchBystander(t *testing.T, c *apiClient, victim, bystander, marker string, stop <-chan struct{}) (probes int, slowest time.Duration) {
+	t.Helper()
+	for {
+		select {
+		case <-stop:
+			return probes, slowest
+		case <-time.After(200 * time.Millisecond):
+		}
+		r := c.do("POST", "/sandboxes/"+bystander+"/commands", tokA, map[string]any{"cmd": "cat /home/user/marker", "timeoutMs": 20000})
+		if r.status != http.StatusOK || !strings.Contains(string(r.env.Data), marker) {
+			t.Errorf("bystander during the abuse: %v", r)
+		}
+		slowest = max(slowest, r.elapsed)
+		g := c.do("GET", "/sandboxes/"+victim, tokA, nil)
+		if g.status != http.StatusOK {
+			t.Errorf("backend during the abuse: GET victim %v", g)
+		}
+		slowest = max(slowest, g.elapsed)
+		if r.elapsed > answerBound || g.elapsed > answerBound {
+			t.Errorf("answers during the abuse took %v (bystander) and %v (backend), bound %v", r.elapsed, g.elapsed, answerBound)
+		}
+		probes++
+	}
+}
+
+// afterAbuse waits until the victim answers again or has been terminated
+// with a reason; anything else fails. It returns what happened.
+func afterAbuse(t *testing.T, c *apiClient, victim string) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		sb := c.get(tokA, victim)
+		switch sb.Status {
+		case "terminated":
+			if sb.TerminationReason == "" {
+				t.Fatalf("victim terminated without a reason: %+v", sb)
+			}
+			return "terminated: " + sb.TerminationReason
+		case "running":
+			r := c.do("POST", "/sandboxes/"+victim+"/commands", tokA, map[string]any{"cmd": "echo alive; ps -e --no-headers | wc -l", "timeoutMs": 10000})
+			if r.status == http.StatusOK {
+				res := decode[execResult](t, r)
+				if res.ExitCode != nil && *res.ExitCode == 0 && strings.HasPrefix(res.Stdout, "alive\n") {
+					return "still answers; processes: " + strings.TrimSpace(strings.TrimPrefix(res.Stdout, "alive\n"))
+				}
+				last = res.String()
+			} else {
+				last = r.String()
+			}
+		default:
+			t.Fatalf("victim in status %s", sb.Status)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("victim neither answers nor was terminated 60 s after the abuse; last answer %s", last)
+	return ""
+}
+
+// checkBystander proves the bystander was untouched: same marker, answers.
+func checkBystander(t *testing.T, c *apiClient, bystander, marker string) {
+	t.Helper()
+	if sb := c.get(tokA, bystander); sb.Status != "running" {
+		t.Fatalf("bystander: %+v", sb)
+	}
+	out := ok(t, "bystander", c.command(bystander, "cat /home/user/marker; echo ok > /home/user/after; cat /home/user/after", 10000))
+	if out != marker+"\nok\n" {
+		t.Fatalf("bystander after the abuse: %q", out)
+	}
+}
+
+// abuse runs the hostile request in the victim while watching the
+// bystander, and returns the hostile request's answer.
+func abuse(t *testing.T, c *apiClient, victim, bystander, marker, path string, body map[string]any) response {
+	t.Helper()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var probes int
+	var slowest time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		probes, slowest = watchBystander(t, c, victim, bystander, marker, stop)
+	}()
+	t0 := time.Now()
+	r := c.do("POST", "/sandboxes/"+victim+path, tokA, body)
+	took := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	t.Logf("hostile request answered after %v; %d probes of the bystander and the backend meanwhile, slowest %v",
+		took.Round(time.Millisecond), probes, slowest.Round(time.Millisecond))
+	if probes < 3 {
+		t.Errorf("only %d probes ran during the abuse", probes)
+	}
+	return r
+}
+
+func setupPair(t *testing.T, c *apiClient, victimBody map[string]any) (victim, bystander, marker string) {
+	t.Helper()
+	boxes := c.running(tokA, victimBody, map[string]any{"template": "base"})
+	victim, bystander = boxes[0].ID, boxes[1].ID
+	marker = "bystander-" + randomHex(6)
+	if r := c.writeFile(bystander, "/home/user/marker", marker+"\n"); r.status != http.StatusOK {
+		t.Fatalf("write marker: %v", r)
+	}
+	return victim, bystander, marker
+}
+
+// TestForkBombContained: a fork bomb hits the sandbox's process limit; the
+// backend and another sandbox keep answering meanwhile, and afterwards the
+// victim answers again (or ended with a reason).
+func TestForkBombContained(t *testing.T) {
+	t.Parallel()
+	c := backend(t)
+	victim, bystander, marker := setupPair(t, c, map[string]any{"template": "base"})
+
+	// The classic bomb, in dash syntax (a function called ":" is bash's),
+	// bounded by timeout, which kills its whole process group at the end.
+	bomb := `timeout -s KILL 8 sh -c 'b() { b | b & }; b; sleep 30'; echo "bomb-exit:$?"`
+	r := abuse(t, c, victim, bystander, marker, "/commands", map[string]any{"cmd": bomb, "timeoutMs": 30000})
+	res := decode[execResult](t, r)
+	if !strings.Contains(res.Stdout, "bomb-exit:137") {
+		t.Errorf("the bomb did not run to its timeout: %v", res)
+	}
+	// It ran into the process limit: forks failed.
+	if !strings.Contains(strings.ToLower(res.Stderr), "fork") {
+		t.Errorf("no failed fork reported; the bomb never reached the limit: %v", res)
+	}
+	t.Logf("failed forks reported: %d", strings.Count(strings.ToLower(res.Stderr), "fork"))
+	t.Logf("victim after the bomb: %s", afterAbuse(t, c, victim))
+	checkBystander(t, c, bystander, marker)
+}
+
+// TestMemoryHogContained: a program allocating past the template's memory
+// (base: 1 GiB; the python image brings the interpreter) does not get it;
+// the backend and another sandbox keep answering meanwhile.
+func TestMemoryHogContained(t *testing.T) {
+	t.Parallel()
+	c := backend(t)
+	victim, bystander, marker := setupPair(t, c, map[string]any{"template": "base", "image": "rarecloud/sandbox-python:latest"})
+
+	// 64 MiB chunks, each written (bytes * n fills every page), up to 3 GiB;
+	// it holds 896 MiB, close to the limit, for 3 s on the way, so that the
+	// probes run while the sandbox is under memory pressure.
+	hog := `
+import time
+chunks = []
+for i in range(48):
+    chunks.append(b"\x01" * (64 << 20))
+    print((i + 1) * 64, flush=True)
+    if i == 13:
+        time.sleep(3)
+print("allocated-all", flush=True)
+`
+	r := abuse(t, c, victim, bystander, marker, "/run_code", map[string]any{"language": "python", "code": hog, "timeoutMs": 90000})
+	switch {
+	case r.status == http.StatusOK:
+		res := decode[execResult](t, r)
+		if strings.Contains(res.Stdout, "allocated-all") || res.ExitCode == nil || *res.ExitCode == 0 {
+			t.Fatalf("the hog got 3 GiB in a 1 GiB sandbox: %v", res)
+		}
+		lines := strings.Fields(res.Stdout)
+		t.Logf("hog stopped: %v (last figure %v MiB)", fmt.Sprint(*res.ExitCode), lines[max(len(lines)-1, 0):])
+	case r.status == http.StatusConflict && r.errCode() == "SANDBOX_NOT_RUNNING":
+		t.Logf("hog's sandbox died under it: %v", r)
+	default:
+		t.Fatalf("hog: unexpected answer %v", r)
+	}
+	t.Logf("victim after the hog: %s", afterAbuse(t, c, victim))
+	checkBystander(t, c, bystander, marker)
+}
