@@ -1,5 +1,6 @@
 // Package provider implements the rarecloud Terraform provider: the
-// rarecloud_sandbox resource and the sandbox data sources.
+// rarecloud_sandbox resource and ephemeral resource, and the sandbox data
+// sources.
 package provider
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -32,7 +34,10 @@ const (
 	userAgentProvider = "terraform-provider-rarecloud"
 )
 
-var _ provider.Provider = (*rarecloudProvider)(nil)
+var (
+	_ provider.Provider                       = (*rarecloudProvider)(nil)
+	_ provider.ProviderWithEphemeralResources = (*rarecloudProvider)(nil)
+)
 
 // rarecloudProvider is the provider implementation.
 type rarecloudProvider struct {
@@ -99,9 +104,10 @@ func (p *rarecloudProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				Sensitive: true,
 			},
 			"default_labels": schema.MapAttribute{
-				MarkdownDescription: "Labels added to every sandbox this provider creates, for example to trace each " +
-					"sandbox to its Terraform workspace (`workspace = terraform.workspace`). A sandbox's own `labels` win over " +
-					"these for the same key. Changing them replaces the sandboxes whose labels change.",
+				MarkdownDescription: "Labels added to every sandbox this provider creates, with the `rarecloud_sandbox` " +
+					"resource and the `rarecloud_sandbox` ephemeral resource, for example to trace each sandbox to its " +
+					"Terraform workspace (`workspace = terraform.workspace`). A sandbox's own `labels` win over these for the " +
+					"same key. Changing them replaces the managed sandboxes whose labels change.",
 				ElementType: types.StringType,
 				Optional:    true,
 				Validators:  labelValidators(),
@@ -178,6 +184,7 @@ func (p *rarecloudProvider) Configure(ctx context.Context, req provider.Configur
 	data := &providerData{client: c, defaultLabels: defaults}
 	resp.ResourceData = data
 	resp.DataSourceData = data
+	resp.EphemeralResourceData = data
 }
 
 // Resources implements provider.Provider.
@@ -195,6 +202,13 @@ func (p *rarecloudProvider) DataSources(_ context.Context) []func() datasource.D
 		NewSandboxLogsDataSource,
 		NewSandboxDataSource,
 		NewSandboxesDataSource,
+	}
+}
+
+// EphemeralResources implements provider.ProviderWithEphemeralResources.
+func (p *rarecloudProvider) EphemeralResources(_ context.Context) []func() ephemeral.EphemeralResource {
+	return []func() ephemeral.EphemeralResource{
+		NewSandboxEphemeralResource,
 	}
 }
 
