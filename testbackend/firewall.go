@@ -18,6 +18,7 @@ const NetworkFile = "/etc/rarecloud/network.json"
 type sandboxNetwork struct {
 	Network string   `json:"network"`
 	Bridge  string   `json:"bridge"`
+	DNS     string   `json:"dns"` // the sandboxes' DNS forwarder on the gateway
 	Blocked []string `json:"blocked"`
 }
 
@@ -63,6 +64,9 @@ func checkFirewall(ctx context.Context, network string) error {
 	if !hasRule(string(input), "-i "+n.Bridge, "REJECT") && !hasRule(string(input), "-i "+n.Bridge, "DROP") {
 		missing = append(missing, "INPUT from "+n.Bridge+" (sandbox to host)")
 	}
+	for _, rule := range acceptsAheadOfReject(string(input), n.Bridge, n.DNS) {
+		missing = append(missing, "no accept from "+n.Bridge+" ahead of the INPUT reject but DNS to "+n.DNS+" (found: "+rule+")")
+	}
 	for _, cidr := range n.Blocked {
 		if !hasRule(string(user), "-d "+cidr, "-i "+n.Bridge) {
 			missing = append(missing, "DOCKER-USER "+n.Bridge+" to "+cidr)
@@ -75,6 +79,29 @@ func checkFirewall(ctx context.Context, network string) error {
 		return fmt.Errorf("the sandbox network %s lacks firewall rules: %s; run `make setup` to install them, or start with --network none", n.Network, strings.Join(missing, "; "))
 	}
 	return nil
+}
+
+// acceptsAheadOfReject lists the INPUT rules (iptables -S order) that accept
+// traffic from the bridge before its first reject or drop, except the ones
+// setup puts there on purpose: DNS (port 53) to the forwarder at dns.
+func acceptsAheadOfReject(input, bridge, dns string) []string {
+	var out []string
+	for _, line := range strings.Split(input, "\n") {
+		if !strings.Contains(line+" ", " -i "+bridge+" ") || strings.Contains(line, "! -i "+bridge+" ") {
+			continue
+		}
+		if strings.Contains(line, " -j REJECT") || strings.Contains(line, " -j DROP") {
+			break
+		}
+		if !strings.Contains(line, " -j ACCEPT") {
+			continue
+		}
+		if dns != "" && strings.Contains(line, " -d "+dns+"/32 ") && strings.Contains(line+" ", " --dport 53 ") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // hasRule reports whether one line of iptables -S output has every part.

@@ -77,12 +77,12 @@ type DockerOptions struct {
 	// returns containers carrying it, so backends sharing an engine never
 	// touch each other's containers.
 	Instance string
-	// DNS servers for sandboxes (HostConfig.DNS). Optional, and note: on a
-	// user-defined network such as rarecloud-sandbox Docker always writes
-	// "nameserver 127.0.0.11" (its embedded resolver) into resolv.conf and
-	// uses these only as that resolver's upstreams. Under runsc with its own
-	// network stack 127.0.0.11 is the sandbox's own loopback, so names do not
-	// resolve there at all (lookups fail, nothing leaves the sandbox).
+	// DNS servers for sandboxes (IP addresses). Empty: on the network make
+	// setup made, the forwarder /etc/rarecloud/network.json names ("dns");
+	// elsewhere Docker's default. Either way the sandbox gets a read-only
+	// /etc/resolv.conf naming them (see dns.go): Docker's own would say
+	// "nameserver 127.0.0.11" on a user-defined network, which under gVisor's
+	// network stack is the sandbox's own loopback. Not used with "none".
 	DNS []string
 	// Agent is the host path of the rarecloud-agent binary: "" means
 	// DefaultAgentPath when it exists, AgentNone turns the agent off.
@@ -129,6 +129,10 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	if network == "" {
 		network = DefaultNetwork
 	}
+	dns, err := sandboxDNS(network, opts.DNS)
+	if err != nil {
+		return nil, err
+	}
 
 	copts := []client.Opt{client.WithAPIVersionNegotiation(), client.WithUserAgent("rarecloud-testbackend")}
 	switch {
@@ -152,7 +156,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		network:  network,
 		pull:     pull,
 		instance: opts.Instance,
-		dns:      append([]string(nil), opts.DNS...),
+		dns:      dns,
 
 		agentPath: resolveAgent(opts.Agent),
 		sessions:  map[string]*agentSession{},
@@ -288,8 +292,8 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 	if !spec.RunMode && d.agentPath != "" {
 		d.useAgent(cfg, hc)
 	}
-	if d.network != NetworkNone && len(d.dns) > 0 {
-		hc.DNS = d.dns
+	if err := d.useDNS(hc); err != nil {
+		return "", err
 	}
 	if spec.MemoryBytes > 0 {
 		hc.MemorySwap = spec.MemoryBytes // no swap on top
@@ -422,7 +426,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	}
 	if goTimedOut || waitErr != nil {
 		closeConn()
-		<-copied // the copy ends with the connection; its error says nothing new
+		<-copied //nolint:errcheck // the copy ends with the connection; its error says nothing new
 	}
 	res.Duration = time.Since(start)
 	res.Stdout, res.StdoutTruncated = stdout.bytes()
