@@ -229,7 +229,7 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 	}
 	openTimeout, diags := m.Timeouts.Open(ctx, defaultCreateTimeout)
 	resp.Diagnostics.Append(diags...)
-	e.plan(ctx, &m, &resp.Diagnostics)
+	e.fillDefaults(ctx, &m, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -296,8 +296,8 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 	tflog.Info(ctx, "ephemeral sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status, "expires_at": sbx.ExpiresAt})
 }
 
-// plan fills the defaults and computed arguments of the configuration.
-func (e *sandboxEphemeralResource) plan(ctx context.Context, m *sandboxEphemeralModel, diags *diag.Diagnostics) {
+// fillDefaults fills the defaults and computed arguments of the configuration.
+func (e *sandboxEphemeralResource) fillDefaults(ctx context.Context, m *sandboxEphemeralModel, diags *diag.Diagnostics) {
 	if m.Template.IsNull() {
 		m.Template = types.StringValue(defaultTemplate)
 	}

@@ -39,13 +39,13 @@ type closeObserver struct {
 }
 
 type observedClose struct {
-	id            string
-	beforeStatus  string // status just before Close; "" when the backend did not have it
-	beforeLabels  map[string]string
-	beforeErr     error
-	goneAfter     bool
-	afterErr      error
-	closeDiagnose string
+	id           string
+	beforeStatus string // status just before Close; "" when the backend did not have it
+	beforeLabels map[string]string
+	beforeErr    error
+	goneAfter    bool
+	afterErr     error
+	closeDiags   string
 }
 
 func (o *closeObserver) all() []observedClose {
@@ -110,7 +110,7 @@ func (o *observedSandbox) Close(ctx context.Context, req ephemeral.CloseRequest,
 	}
 	o.sandboxEphemeralResource.Close(ctx, req, resp)
 	if resp.Diagnostics.HasError() {
-		rec.closeDiagnose = fmt.Sprint(resp.Diagnostics)
+		rec.closeDiags = fmt.Sprint(resp.Diagnostics)
 	}
 	if rec.id != "" {
 		_, err := c.GetSandbox(ctx, rec.id)
@@ -393,8 +393,8 @@ func checkEphemeralSandboxesClosed(obs *closeObserver, minimum int) resource.Tes
 			if c.id == "" || !sbxIDRE.MatchString(c.id) {
 				return fmt.Errorf("an ephemeral sandbox was closed without an id: %+v", c)
 			}
-			if c.closeDiagnose != "" {
-				return fmt.Errorf("closing %s: %s", c.id, c.closeDiagnose)
+			if c.closeDiags != "" {
+				return fmt.Errorf("closing %s: %s", c.id, c.closeDiags)
 			}
 			if c.beforeErr != nil || c.beforeStatus == "" {
 				return fmt.Errorf("ephemeral sandbox %s was gone before Terraform closed it: %v", c.id, c.beforeErr)
