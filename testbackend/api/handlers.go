@@ -61,7 +61,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
 	s.writeData(w, http.StatusCreated, res.Sandbox)
 }
 
-// MaxWaitMs bounds GET /sandboxes/{id}?waitFor=…
+// MaxWaitMs bounds how long GET /sandboxes/{id}?waitFor= may wait, in milliseconds.
 const MaxWaitMs = 60_000
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, c *call) {
