@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +66,7 @@ var (
 	sharedOnce sync.Once
 	shared     *testbackend.Backend
 	sharedDir  string
+	sharedLog  *os.File
 	sharedErr  error
 )
 
@@ -77,8 +80,15 @@ func TestMain(m *testing.M) {
 		deleteAll(shared.URL())
 		_ = shared.Close()
 	}
+	if sharedLog != nil {
+		_ = sharedLog.Close()
+	}
 	if sharedDir != "" {
-		_ = os.RemoveAll(sharedDir)
+		if code == 0 {
+			_ = os.RemoveAll(sharedDir)
+		} else {
+			fmt.Fprintf(os.Stderr, "the shared backend's log and records stay in %s\n", sharedDir)
+		}
 	}
 	os.Exit(code)
 }
@@ -122,7 +132,12 @@ func backend(t *testing.T) *apiClient {
 		if sharedErr != nil {
 			return
 		}
-		shared, sharedErr = startBackend(sharedDir, testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk})
+		sharedLog, sharedErr = os.Create(filepath.Join(sharedDir, "backend.log"))
+		if sharedErr != nil {
+			return
+		}
+		logger := slog.New(slog.NewTextHandler(sharedLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		shared, sharedErr = startBackend(filepath.Join(sharedDir, "data"), testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk, Logger: logger})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start backend: %v", sharedErr)
