@@ -9,14 +9,15 @@ import (
 	"testing"
 )
 
-// secretScanScript walks the whole file system (not /proc, /sys, /dev)
+// secretScanScript walks the whole file system (not /proc, /sys, /dev
+// except /dev/shm)
 // and the other processes' environments and command lines, looking for
 // any of the needles in file contents and for sockets and anything named
 // like the engine's socket. The needles arrive inside the code (stdin).
-const secretScanScript = `import json, os, stat
+const secretScanScript = `import itertools, json, os, stat
 needles = [n.encode() for n in json.loads(%q)]
 hits, sockets, names, scanned = [], [], [], [0, 0]
-for d, dirs, files in os.walk("/", onerror=lambda e: None):
+for d, dirs, files in itertools.chain(os.walk("/", onerror=lambda e: None), os.walk("/dev/shm", onerror=lambda e: None)):
     if d == "/":
         dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev")]
     for n in dirs + files:
