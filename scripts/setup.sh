@@ -456,9 +456,12 @@ pid-file=$RC_DNSMASQ_PID
 log-facility=$RC_DNSMASQ_LOG
 no-hosts
 cache-size=1000
-# No bare names and no reverse lookups of private ranges go upstream.
+# No bare names and no reverse lookups of private ranges go upstream, and
+# upstream answers that point into private or loopback ranges are dropped:
+# a sandbox learns no internal address through DNS.
 domain-needed
 bogus-priv
+stop-dns-rebind
 # *.internal never leaves this machine; the check name is answered here.
 local=/internal/
 address=/$RC_DNS_CHECK_NAME/$RC_DNS_CHECK_ADDR

@@ -257,10 +257,15 @@ func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req 
 		res.TimedOut = true
 		return res, nil
 	case err != nil:
-		// The session broke: the container may have stopped.
-		if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), id); ierr == nil && (info.State == nil || !info.State.Running) {
+		// The session broke: the container stopped, or the engine went
+		// away with it. Ask the engine which, and report that.
+		info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), id)
+		switch {
+		case ierr == nil && (info.State == nil || !info.State.Running):
 			return res, fmt.Errorf("%w: %s", ErrNotRunning, id)
-		} else if ierr != nil && cerrdefs.IsNotFound(ierr) {
+		case ierr != nil && isEngineDown(ierr):
+			return res, d.engineErr("exec in container "+id, ierr)
+		case ierr != nil && cerrdefs.IsNotFound(ierr):
 			return res, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
 		return res, d.containerErr("exec in", id, err)

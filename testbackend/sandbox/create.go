@@ -171,7 +171,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 			if errors.Is(err, runtime.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 				return CreateResult{}, errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
 			}
-			return CreateResult{}, mapRuntimeErr("", err)
+			return CreateResult{}, m.mapRuntimeErr("", err)
 		}
 	}
 

@@ -143,7 +143,7 @@ func (m *Manager) execErr(id string, err error) error {
 	if errors.Is(err, runtime.ErrEngineUnavailable) {
 		m.engineDown(err)
 	}
-	return mapRuntimeErr(id, err)
+	return m.mapRuntimeErr(id, err)
 }
 
 // Scripts for files. They run as the sandbox user, so what may be written

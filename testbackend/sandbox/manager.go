@@ -388,13 +388,15 @@ func (m *Manager) persistLocked(sb *store.Sandbox) error {
 	return nil
 }
 
-func mapRuntimeErr(id string, err error) error {
+// mapRuntimeErr turns an engine error into the API's answer. Messages
+// name the sandbox and the engine address, never container ids.
+func (m *Manager) mapRuntimeErr(id string, err error) error {
 	var e *Error
 	switch {
 	case errors.As(err, &e):
 		return e
 	case errors.Is(err, runtime.ErrEngineUnavailable):
-		return errorf(CodeServiceUnavailable, "%v", err)
+		return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: the container engine at %s does not answer; retry later", m.rt.Address())
 	case errors.Is(err, runtime.ErrNotFound), errors.Is(err, runtime.ErrNotRunning):
 		return errorf(CodeNotRunning, "sandbox %s is not running", id)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
