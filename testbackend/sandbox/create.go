@@ -16,8 +16,9 @@ import (
 // idemEntry is a key in flight or done. Done entries hold either the
 // sandbox id or the client error the first request got.
 type idemEntry struct {
-	rec  store.Idempotency
-	done bool
+	rec    store.Idempotency
+	done   bool
+	expiry *time.Timer // forgets the key after IdempotencyTTL
 }
 
 // MaxIdempotencyKeyLen bounds the Idempotency-Key header.
@@ -145,7 +146,7 @@ func requestHash(req CreateRequest) string {
 
 func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
 	wait := time.Until(e.rec.CreatedAt.Add(m.cfg.IdempotencyTTL))
-	time.AfterFunc(max(wait, 0), func() {
+	e.expiry = time.AfterFunc(max(wait, 0), func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.idem[mapKey] == e {

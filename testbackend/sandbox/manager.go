@@ -170,6 +170,11 @@ func (m *Manager) Close() {
 		t.Stop()
 		delete(m.timers, id)
 	}
+	for _, e := range m.idem {
+		if e.expiry != nil {
+			e.expiry.Stop()
+		}
+	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	m.drainPools()
