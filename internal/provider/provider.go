@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
@@ -57,6 +58,33 @@ type rarecloudProviderModel struct {
 type providerData struct {
 	client        *client.Client
 	defaultLabels map[string]string
+}
+
+// providerDataFrom is what Configure of each resource, ephemeral resource
+// and data source takes from the provider: nil before the provider is
+// configured (and, with an error, for anything else).
+func providerDataFrom(raw any, diags *diag.Diagnostics) *providerData {
+	if raw == nil {
+		return nil
+	}
+	data, ok := raw.(*providerData)
+	if !ok {
+		diags.AddError("Unexpected provider data",
+			fmt.Sprintf("Expected *providerData, got %T. Please report this issue to the provider developers.", raw))
+		return nil
+	}
+	return data
+}
+
+// providerConfigured reports, as an error, a call before the provider was
+// configured; use says which ("the data source was read").
+func providerConfigured(data *providerData, use string, diags *diag.Diagnostics) bool {
+	if data == nil || data.client == nil {
+		diags.AddError("Provider not configured",
+			"The rarecloud provider was not configured before "+use+". Please report this issue to the provider developers.")
+		return false
+	}
+	return true
 }
 
 // New returns a constructor of the provider at the given version.

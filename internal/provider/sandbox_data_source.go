@@ -165,7 +165,7 @@ func (d *sandboxDataSource) Schema(_ context.Context, _ datasource.SchemaRequest
 }
 
 func (d *sandboxDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if data := configureDataSource(req, resp); data != nil {
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
 		d.data = data
 	}
 }
@@ -239,10 +239,7 @@ func (d *sandboxesDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 			"template": schema.StringAttribute{
 				MarkdownDescription: "Only sandboxes created from this template.",
 				Optional:            true,
-				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 63),
-					stringvalidator.RegexMatches(templateNameRE, "must be a template name such as python"),
-				},
+				Validators:          templateValidators(),
 			},
 			"ids": schema.ListAttribute{
 				MarkdownDescription: "Ids of the matching sandboxes, in the order of `sandboxes`.",
@@ -259,7 +256,7 @@ func (d *sandboxesDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 }
 
 func (d *sandboxesDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if data := configureDataSource(req, resp); data != nil {
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
 		d.data = data
 	}
 }

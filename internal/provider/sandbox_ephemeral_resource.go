@@ -7,13 +7,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/ephemeral/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
-	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
-	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral/schema"
-	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -41,26 +37,12 @@ type sandboxEphemeralResource struct {
 }
 
 // sandboxEphemeralModel is the ephemeral resource's configuration and
-// result: the managed resource's arguments, without what only a managed
-// resource needs (env_wo, which every ephemeral value already is, and
-// its version).
+// result: the managed resource's shared model, without what only a
+// managed resource needs (env_wo, which every ephemeral value already is,
+// and its version), and with the ephemeral kind of timeouts.
 type sandboxEphemeralModel struct {
-	ID              types.String   `tfsdk:"id"`
-	Template        types.String   `tfsdk:"template"`
-	Image           types.String   `tfsdk:"image"`
-	TimeoutMs       types.Int64    `tfsdk:"timeout_ms"`
-	Run             types.Bool     `tfsdk:"run"`
-	Entrypoint      types.List     `tfsdk:"entrypoint"`
-	Command         types.List     `tfsdk:"command"`
-	Env             types.Map      `tfsdk:"env"`
-	Labels          types.Map      `tfsdk:"labels"`
-	EffectiveLabels types.Map      `tfsdk:"effective_labels"`
-	WaitForExit     types.Bool     `tfsdk:"wait_for_exit"`
-	Status          types.String   `tfsdk:"status"`
-	CreatedAt       types.String   `tfsdk:"created_at"`
-	ExpiresAt       types.String   `tfsdk:"expires_at"`
-	ExitCode        types.Int64    `tfsdk:"exit_code"`
-	Timeouts        timeouts.Value `tfsdk:"timeouts"`
+	sandboxModel
+	Timeouts timeouts.Value `tfsdk:"timeouts"`
 }
 
 // privateSandbox is what Open keeps for Close.
@@ -75,10 +57,6 @@ func (e *sandboxEphemeralResource) Metadata(_ context.Context, req ephemeral.Met
 
 // Schema implements ephemeral.EphemeralResource.
 func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.SchemaRequest, resp *ephemeral.SchemaResponse) {
-	argvValidators := []validator.List{
-		listvalidator.SizeBetween(1, 256),
-		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(65536)),
-	}
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A RareCloud AI sandbox that lives only as long as one Terraform run needs it " +
 			"(Terraform 1.10 and later). Terraform creates it when it opens the ephemeral resource, during plan as well " +
@@ -95,21 +73,15 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 			"template": schema.StringAttribute{
 				MarkdownDescription: "Template: what is installed and how big the sandbox is (`base`, `python`, `node`). " +
 					"Defaults to `" + defaultTemplate + "`.",
-				Optional: true,
-				Computed: true,
-				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 63),
-					stringvalidator.RegexMatches(templateNameRE, "must be a template name such as python"),
-				},
+				Optional:   true,
+				Computed:   true,
+				Validators: templateValidators(),
 			},
 			"image": schema.StringAttribute{
 				MarkdownDescription: "Public container image to start from instead of the template's own image. " +
 					"The template still sets the size.",
-				Optional: true,
-				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 255),
-					stringvalidator.RegexMatches(imageRefRE, "must be an image reference without whitespace"),
-				},
+				Optional:   true,
+				Validators: imageValidators(),
 			},
 			"timeout_ms": schema.Int64Attribute{
 				MarkdownDescription: fmt.Sprintf("Lifetime in milliseconds, from %d (1 s) to %d (24 h). The sandbox is "+
@@ -118,7 +90,7 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 					minTimeoutMs, maxTimeoutMs, defaultTimeoutMs),
 				Optional:   true,
 				Computed:   true,
-				Validators: []validator.Int64{int64validator.Between(minTimeoutMs, maxTimeoutMs)},
+				Validators: timeoutMsValidators(),
 			},
 			"run": schema.BoolAttribute{
 				MarkdownDescription: "Run mode: start the image's own program instead of waiting for commands. " +
@@ -130,13 +102,13 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 				MarkdownDescription: "Run mode: overrides the image's entrypoint (exec form).",
 				ElementType:         types.StringType,
 				Optional:            true,
-				Validators:          argvValidators,
+				Validators:          argvValidators(),
 			},
 			"command": schema.ListAttribute{
 				MarkdownDescription: "Run mode: overrides the image's command (exec form).",
 				ElementType:         types.StringType,
 				Optional:            true,
-				Validators:          argvValidators,
+				Validators:          argvValidators(),
 			},
 			"env": schema.MapAttribute{
 				MarkdownDescription: "Environment variables of the sandbox's processes. Like everything of an ephemeral " +
@@ -191,16 +163,9 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 
 // Configure implements ephemeral.EphemeralResourceWithConfigure.
 func (e *sandboxEphemeralResource) Configure(_ context.Context, req ephemeral.ConfigureRequest, resp *ephemeral.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
+		e.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data",
-			fmt.Sprintf("Expected *providerData, got %T. Please report this issue to the provider developers.", req.ProviderData))
-		return
-	}
-	e.data = data
 }
 
 // ValidateConfig implements ephemeral.EphemeralResourceWithValidateConfig.
@@ -217,9 +182,7 @@ func (e *sandboxEphemeralResource) ValidateConfig(ctx context.Context, req ephem
 // waits until it is ready. A sandbox that does not become ready is deleted
 // again: nothing would ever close it.
 func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenRequest, resp *ephemeral.OpenResponse) {
-	if e.data == nil || e.data.client == nil {
-		resp.Diagnostics.AddError("Provider not configured",
-			"The rarecloud provider was not configured before the ephemeral resource was opened. Please report this issue to the provider developers.")
+	if !providerConfigured(e.data, "the ephemeral resource was opened", &resp.Diagnostics) {
 		return
 	}
 	var m sandboxEphemeralModel
@@ -233,17 +196,7 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	body, diags := sandboxArgs{
-		Template:   m.Template,
-		Image:      m.Image,
-		TimeoutMs:  m.TimeoutMs,
-		Run:        m.Run,
-		Entrypoint: m.Entrypoint,
-		Command:    m.Command,
-		Env:        m.Env,
-		EnvWO:      types.MapNull(types.StringType),
-		Labels:     m.EffectiveLabels,
-	}.request(ctx)
+	body, diags := m.createRequest(ctx, types.MapNull(types.StringType))
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
@@ -279,15 +232,7 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 		return
 	}
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateSandboxKey, private)...)
-	m.ID = types.StringValue(sbx.ID)
-	m.Status = types.StringValue(sbx.Status)
-	m.CreatedAt = stringOrNull(sbx.CreatedAt)
-	m.ExpiresAt = stringOrNull(sbx.ExpiresAt)
-	if sbx.ExitCode != nil {
-		m.ExitCode = types.Int64Value(*sbx.ExitCode)
-	} else {
-		m.ExitCode = types.Int64Null()
-	}
+	m.setResults(sbx)
 	resp.Diagnostics.Append(resp.Result.Set(ctx, &m)...)
 	if resp.Diagnostics.HasError() {
 		resp.Diagnostics.AddError("Error opening ephemeral sandbox", deleteAfterFailedOpen(ctx, c, sbx.ID))
@@ -310,11 +255,7 @@ func (e *sandboxEphemeralResource) fillDefaults(ctx context.Context, m *sandboxE
 	mode, _ := runModeConfigured(m.Run, m.Entrypoint, m.Command)
 	m.Run = types.BoolValue(mode)
 
-	own := map[string]string{}
-	if !m.Labels.IsNull() {
-		diags.Append(m.Labels.ElementsAs(ctx, &own, false)...)
-	}
-	eff, d := types.MapValueFrom(ctx, types.StringType, mergeLabels(e.data.defaultLabels, own))
+	eff, d := effectiveLabels(ctx, e.data, m.Labels)
 	diags.Append(d...)
 	m.EffectiveLabels = eff
 }
@@ -322,9 +263,7 @@ func (e *sandboxEphemeralResource) fillDefaults(ctx context.Context, m *sandboxE
 // deleteAfterFailedOpen deletes a sandbox Open made but cannot hand over,
 // and says how that went, for the error's detail.
 func deleteAfterFailedOpen(ctx context.Context, c *client.Client, id string) string {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultDeleteTimeout)
-	defer cancel()
-	if err := c.DeleteSandbox(ctx, id); err != nil && !client.IsNotFound(err) {
+	if err := deleteUnwanted(ctx, c, id, defaultDeleteTimeout); err != nil {
 		return "Deleting it failed too, so it lives until its expires_at: " + apiErrorDetail(id, err)
 	}
 	return "It has been deleted."
@@ -334,9 +273,7 @@ func deleteAfterFailedOpen(ctx context.Context, c *client.Client, id string) str
 // sandbox and waits until the API no longer knows it. A sandbox that is
 // already gone (expired, or deleted elsewhere) counts as closed.
 func (e *sandboxEphemeralResource) Close(ctx context.Context, req ephemeral.CloseRequest, resp *ephemeral.CloseResponse) {
-	if e.data == nil || e.data.client == nil {
-		resp.Diagnostics.AddError("Provider not configured",
-			"The rarecloud provider was not configured before the ephemeral resource was closed. Please report this issue to the provider developers.")
+	if !providerConfigured(e.data, "the ephemeral resource was closed", &resp.Diagnostics) {
 		return
 	}
 	raw, diags := req.Private.GetKey(ctx, privateSandboxKey)

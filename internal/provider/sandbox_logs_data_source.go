@@ -50,7 +50,7 @@ func (d *sandboxLogsDataSource) Schema(_ context.Context, _ datasource.SchemaReq
 }
 
 func (d *sandboxLogsDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if data := configureDataSource(req, resp); data != nil {
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
 		d.data = data
 	}
 }

@@ -30,7 +30,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -64,27 +64,35 @@ type sandboxResource struct {
 	data *providerData
 }
 
-// sandboxResourceModel is the resource's Terraform data. It has no json
-// tags: sandboxModelFromAPI maps the API's object onto it.
+// sandboxModel is the Terraform data the managed and the ephemeral
+// rarecloud_sandbox share: the arguments a sandbox is created from and
+// what the API reports back. It has no json tags: setResults and
+// sandboxModelFromAPI map the API's object onto it.
+type sandboxModel struct {
+	ID              types.String `tfsdk:"id"`
+	Template        types.String `tfsdk:"template"`
+	Image           types.String `tfsdk:"image"`
+	TimeoutMs       types.Int64  `tfsdk:"timeout_ms"`
+	Run             types.Bool   `tfsdk:"run"`
+	Entrypoint      types.List   `tfsdk:"entrypoint"`
+	Command         types.List   `tfsdk:"command"`
+	Env             types.Map    `tfsdk:"env"`
+	Labels          types.Map    `tfsdk:"labels"`
+	EffectiveLabels types.Map    `tfsdk:"effective_labels"`
+	WaitForExit     types.Bool   `tfsdk:"wait_for_exit"`
+	Status          types.String `tfsdk:"status"`
+	CreatedAt       types.String `tfsdk:"created_at"`
+	ExpiresAt       types.String `tfsdk:"expires_at"`
+	ExitCode        types.Int64  `tfsdk:"exit_code"`
+}
+
+// sandboxResourceModel is the resource's Terraform data: the shared
+// model and what only a managed resource has.
 type sandboxResourceModel struct {
-	ID              types.String   `tfsdk:"id"`
-	Template        types.String   `tfsdk:"template"`
-	Image           types.String   `tfsdk:"image"`
-	TimeoutMs       types.Int64    `tfsdk:"timeout_ms"`
-	Run             types.Bool     `tfsdk:"run"`
-	Entrypoint      types.List     `tfsdk:"entrypoint"`
-	Command         types.List     `tfsdk:"command"`
-	Env             types.Map      `tfsdk:"env"`
-	EnvWO           types.Map      `tfsdk:"env_wo"`
-	EnvWOVersion    types.Int64    `tfsdk:"env_wo_version"`
-	Labels          types.Map      `tfsdk:"labels"`
-	EffectiveLabels types.Map      `tfsdk:"effective_labels"`
-	WaitForExit     types.Bool     `tfsdk:"wait_for_exit"`
-	Status          types.String   `tfsdk:"status"`
-	CreatedAt       types.String   `tfsdk:"created_at"`
-	ExpiresAt       types.String   `tfsdk:"expires_at"`
-	ExitCode        types.Int64    `tfsdk:"exit_code"`
-	Timeouts        timeouts.Value `tfsdk:"timeouts"`
+	sandboxModel
+	EnvWO        types.Map      `tfsdk:"env_wo"`
+	EnvWOVersion types.Int64    `tfsdk:"env_wo_version"`
+	Timeouts     timeouts.Value `tfsdk:"timeouts"`
 }
 
 // Metadata implements resource.Resource.
@@ -100,10 +108,6 @@ var (
 
 // Schema implements resource.Resource.
 func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	argvValidators := []validator.List{
-		listvalidator.SizeBetween(1, 256),
-		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(65536)),
-	}
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A RareCloud AI sandbox: an isolated Linux environment in its own hardened container. " +
 			"The API has no update call, so changing any argument the API holds replaces the sandbox; " +
@@ -119,23 +123,17 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"template": schema.StringAttribute{
 				MarkdownDescription: "Template: what is installed and how big the sandbox is (`base`, `python`, `node`; " +
 					"see the `rarecloud_sandbox_templates` data source). Defaults to `" + defaultTemplate + "`. Changing it replaces the sandbox.",
-				Optional: true,
-				Computed: true,
-				Default:  stringdefault.StaticString(defaultTemplate),
-				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 63),
-					stringvalidator.RegexMatches(templateNameRE, "must be a template name such as python"),
-				},
+				Optional:      true,
+				Computed:      true,
+				Default:       stringdefault.StaticString(defaultTemplate),
+				Validators:    templateValidators(),
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"image": schema.StringAttribute{
 				MarkdownDescription: "Public container image to start from instead of the template's own image, for example " +
 					"`nginx:1.27`. The template still sets the size. Private images are not supported. Changing it replaces the sandbox.",
-				Optional: true,
-				Validators: []validator.String{
-					stringvalidator.LengthBetween(1, 255),
-					stringvalidator.RegexMatches(imageRefRE, "must be an image reference without whitespace"),
-				},
+				Optional:      true,
+				Validators:    imageValidators(),
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"timeout_ms": schema.Int64Attribute{
@@ -145,7 +143,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				Optional:      true,
 				Computed:      true,
 				Default:       int64default.StaticInt64(defaultTimeoutMs),
-				Validators:    []validator.Int64{int64validator.Between(minTimeoutMs, maxTimeoutMs)},
+				Validators:    timeoutMsValidators(),
 				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
 			},
 			"run": schema.BoolAttribute{
@@ -163,7 +161,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				MarkdownDescription: "Run mode: overrides the image's entrypoint (exec form). Changing it replaces the sandbox.",
 				ElementType:         types.StringType,
 				Optional:            true,
-				Validators:          argvValidators,
+				Validators:          argvValidators(),
 				PlanModifiers:       []planmodifier.List{listplanmodifier.RequiresReplace()},
 			},
 			"command": schema.ListAttribute{
@@ -171,7 +169,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 					"`[\"sh\", \"-c\", \"pytest -q\"]`. Changing it replaces the sandbox.",
 				ElementType:   types.StringType,
 				Optional:      true,
-				Validators:    argvValidators,
+				Validators:    argvValidators(),
 				PlanModifiers: []planmodifier.List{listplanmodifier.RequiresReplace()},
 			},
 			"env": schema.MapAttribute{
@@ -253,16 +251,9 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 
 // Configure implements resource.ResourceWithConfigure.
 func (r *sandboxResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
+		r.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data",
-			fmt.Sprintf("Expected *providerData, got %T. Please report this issue to the provider developers.", req.ProviderData))
-		return
-	}
-	r.data = data
 }
 
 // runModeConfigured says whether the configuration selects run mode, and
@@ -350,6 +341,35 @@ func envValidators() []validator.Map {
 	}
 }
 
+// templateValidators are the validators of a template name, shared by
+// both rarecloud_sandbox and the rarecloud_sandboxes filter.
+func templateValidators() []validator.String {
+	return []validator.String{
+		stringvalidator.LengthBetween(1, 63),
+		stringvalidator.RegexMatches(templateNameRE, "must be a template name such as python"),
+	}
+}
+
+// imageValidators, timeoutMsValidators and argvValidators (entrypoint and
+// command) are shared by the managed and the ephemeral rarecloud_sandbox.
+func imageValidators() []validator.String {
+	return []validator.String{
+		stringvalidator.LengthBetween(1, 255),
+		stringvalidator.RegexMatches(imageRefRE, "must be an image reference without whitespace"),
+	}
+}
+
+func timeoutMsValidators() []validator.Int64 {
+	return []validator.Int64{int64validator.Between(minTimeoutMs, maxTimeoutMs)}
+}
+
+func argvValidators() []validator.List {
+	return []validator.List{
+		listvalidator.SizeBetween(1, 256),
+		listvalidator.ValueStringsAre(stringvalidator.LengthAtMost(65536)),
+	}
+}
+
 // runModePlanModifier plans run from the configuration when it is not set:
 // true when entrypoint or command is set.
 type runModePlanModifier struct{}
@@ -392,22 +412,8 @@ func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	var effective types.Map
-	if labels.IsUnknown() {
-		effective = types.MapUnknown(types.StringType)
-	} else {
-		own := map[string]string{}
-		if !labels.IsNull() {
-			resp.Diagnostics.Append(labels.ElementsAs(ctx, &own, false)...)
-		}
-		var defaults map[string]string
-		if r.data != nil {
-			defaults = r.data.defaultLabels
-		}
-		m, diags := types.MapValueFrom(ctx, types.StringType, mergeLabels(defaults, own))
-		resp.Diagnostics.Append(diags...)
-		effective = m
-	}
+	effective, diags := effectiveLabels(ctx, r.data, labels)
+	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -423,40 +429,34 @@ func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	}
 }
 
-func mergeLabels(defaults, own map[string]string) map[string]string {
-	out := make(map[string]string, len(defaults)+len(own))
-	maps.Copy(out, defaults)
-	maps.Copy(out, own)
-	return out
+// effectiveLabels are the provider's default_labels (data may be nil)
+// merged with a sandbox's own labels, which win for the same key; unknown
+// while the labels are.
+func effectiveLabels(ctx context.Context, data *providerData, labels types.Map) (types.Map, diag.Diagnostics) {
+	if labels.IsUnknown() {
+		return types.MapUnknown(types.StringType), nil
+	}
+	var diags diag.Diagnostics
+	own := map[string]string{}
+	if !labels.IsNull() {
+		diags.Append(labels.ElementsAs(ctx, &own, false)...)
+	}
+	var defaults map[string]string
+	if data != nil {
+		defaults = data.defaultLabels
+	}
+	merged := make(map[string]string, len(defaults)+len(own))
+	maps.Copy(merged, defaults)
+	maps.Copy(merged, own)
+	m, d := types.MapValueFrom(ctx, types.StringType, merged)
+	diags.Append(d...)
+	return m, diags
 }
 
-// createRequest builds the API request from the plan and the write-only
-// env_wo, which only the configuration holds.
-func (r *sandboxResource) createRequest(ctx context.Context, plan sandboxResourceModel, envWO types.Map) (client.CreateSandboxRequest, diag.Diagnostics) {
-	return sandboxArgs{
-		Template:   plan.Template,
-		Image:      plan.Image,
-		TimeoutMs:  plan.TimeoutMs,
-		Run:        plan.Run,
-		Entrypoint: plan.Entrypoint,
-		Command:    plan.Command,
-		Env:        plan.Env,
-		EnvWO:      envWO,
-		Labels:     plan.EffectiveLabels,
-	}.request(ctx)
-}
-
-// sandboxArgs are what a sandbox is created from, shared by the managed
-// and the ephemeral rarecloud_sandbox. Labels are the effective labels.
-type sandboxArgs struct {
-	Template, Image     types.String
-	TimeoutMs           types.Int64
-	Run                 types.Bool
-	Entrypoint, Command types.List
-	Env, EnvWO, Labels  types.Map
-}
-
-func (a sandboxArgs) request(ctx context.Context) (client.CreateSandboxRequest, diag.Diagnostics) {
+// createRequest builds the API request from the model, with its effective
+// labels, and the managed resource's write-only env_wo (null for the
+// ephemeral one), which only the configuration holds.
+func (a sandboxModel) createRequest(ctx context.Context, envWO types.Map) (client.CreateSandboxRequest, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	req := client.CreateSandboxRequest{
 		Template:  a.Template.ValueString(),
@@ -470,7 +470,7 @@ func (a sandboxArgs) request(ctx context.Context) (client.CreateSandboxRequest, 
 	if !a.Command.IsNull() {
 		diags.Append(a.Command.ElementsAs(ctx, &req.Cmd, false)...)
 	}
-	for _, m := range []types.Map{a.Env, a.EnvWO} {
+	for _, m := range []types.Map{a.Env, envWO} {
 		if m.IsNull() || m.IsUnknown() {
 			continue
 		}
@@ -481,8 +481,8 @@ func (a sandboxArgs) request(ctx context.Context) (client.CreateSandboxRequest, 
 		}
 		maps.Copy(req.Env, vars)
 	}
-	if !a.Labels.IsNull() && !a.Labels.IsUnknown() {
-		diags.Append(a.Labels.ElementsAs(ctx, &req.Labels, false)...)
+	if !a.EffectiveLabels.IsNull() && !a.EffectiveLabels.IsUnknown() {
+		diags.Append(a.EffectiveLabels.ElementsAs(ctx, &req.Labels, false)...)
 	}
 	return req, diags
 }
@@ -532,7 +532,7 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("env_wo"), &envWO)...)
 	createTimeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
 	resp.Diagnostics.Append(diags...)
-	body, diags := r.createRequest(ctx, plan, envWO)
+	body, diags := plan.createRequest(ctx, envWO)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
@@ -560,9 +560,7 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 		var term errTerminated
 		if errors.As(err, &term) {
 			detail := fmt.Sprintf("Sandbox %s %s.", sbx.ID, err.Error())
-			delCtx, delCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			defer delCancel()
-			if derr := c.DeleteSandbox(delCtx, sbx.ID); derr != nil && !client.IsNotFound(derr) {
+			if derr := deleteUnwanted(ctx, c, sbx.ID, 2*time.Minute); derr != nil {
 				detail += " Deleting it failed too: " + apiErrorDetail(sbx.ID, derr)
 			} else {
 				detail += " It has been deleted."
@@ -589,12 +587,8 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 		return
 	}
 
-	sandboxModelFromAPI(ctx, &plan, sbx, nil, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
 	tflog.Info(ctx, "sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status})
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	setStateFromAPI(ctx, &resp.State, &plan, sbx, nil, &resp.Diagnostics)
 }
 
 func errDetail(err error) string {
@@ -655,11 +649,7 @@ func (r *sandboxResource) Read(ctx context.Context, req resource.ReadRequest, re
 			}
 		}
 	}
-	sandboxModelFromAPI(ctx, &state, sbx, imported, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	setStateFromAPI(ctx, &resp.State, &state, sbx, imported, &resp.Diagnostics)
 }
 
 // Update implements resource.Resource. Only wait_for_exit and timeouts
@@ -701,11 +691,7 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 		addAPIError(&resp.Diagnostics, "Error updating sandbox", id, err)
 		return
 	}
-	sandboxModelFromAPI(ctx, &state, sbx, nil, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	setStateFromAPI(ctx, &resp.State, &state, sbx, nil, &resp.Diagnostics)
 }
 
 // Delete implements resource.Resource. A sandbox that is already gone
@@ -759,12 +745,7 @@ func (r *sandboxResource) ImportState(ctx context.Context, req resource.ImportSt
 }
 
 func (r *sandboxResource) configured(diags *diag.Diagnostics) bool {
-	if r.data == nil || r.data.client == nil {
-		diags.AddError("Provider not configured",
-			"The rarecloud provider was not configured before the resource was used. Please report this issue to the provider developers.")
-		return false
-	}
-	return true
+	return providerConfigured(r.data, "the resource was used", diags)
 }
 
 // importInfo is what Read needs to fill the arguments of an imported sandbox.
@@ -778,15 +759,7 @@ type importInfo struct {
 // (the API cannot change them); for an import (imported != nil) they are
 // taken from the API.
 func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client.Sandbox, imported *importInfo, diags *diag.Diagnostics) {
-	m.ID = types.StringValue(s.ID)
-	m.Status = types.StringValue(s.Status)
-	m.CreatedAt = stringOrNull(s.CreatedAt)
-	m.ExpiresAt = stringOrNull(s.ExpiresAt)
-	if s.ExitCode != nil {
-		m.ExitCode = types.Int64Value(*s.ExitCode)
-	} else {
-		m.ExitCode = types.Int64Null()
-	}
+	m.setResults(s)
 	labels := s.Labels
 	if labels == nil {
 		labels = map[string]string{}
@@ -829,6 +802,41 @@ func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client
 		})
 	}
 	m.WaitForExit = types.BoolValue(false)
+}
+
+// setStateFromAPI maps the API's sandbox onto the model and stores it, the
+// end of Create, Read and Update.
+func setStateFromAPI(ctx context.Context, state *tfsdk.State, m *sandboxResourceModel, s *client.Sandbox, imported *importInfo, diags *diag.Diagnostics) {
+	sandboxModelFromAPI(ctx, m, s, imported, diags)
+	if diags.HasError() {
+		return
+	}
+	diags.Append(state.Set(ctx, m)...)
+}
+
+// setResults sets what the API reports about a sandbox, shared by the
+// managed and the ephemeral rarecloud_sandbox.
+func (m *sandboxModel) setResults(s *client.Sandbox) {
+	m.ID = types.StringValue(s.ID)
+	m.Status = types.StringValue(s.Status)
+	m.CreatedAt = stringOrNull(s.CreatedAt)
+	m.ExpiresAt = stringOrNull(s.ExpiresAt)
+	if s.ExitCode != nil {
+		m.ExitCode = types.Int64Value(*s.ExitCode)
+	} else {
+		m.ExitCode = types.Int64Null()
+	}
+}
+
+// deleteUnwanted deletes a sandbox that was created but cannot be handed
+// to Terraform, even when ctx is done; a sandbox already gone counts.
+func deleteUnwanted(ctx context.Context, c *client.Client, id string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := c.DeleteSandbox(ctx, id); err != nil && !client.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 func stringOrNull(s string) types.String {

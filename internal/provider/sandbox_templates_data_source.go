@@ -75,26 +75,8 @@ func templateAttributes() map[string]schema.Attribute {
 	}
 }
 
-func configureDataSource(req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) *providerData {
-	if req.ProviderData == nil {
-		return nil
-	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data",
-			fmt.Sprintf("Expected *providerData, got %T. Please report this issue to the provider developers.", req.ProviderData))
-		return nil
-	}
-	return data
-}
-
 func dataSourceConfigured(data *providerData, diags *diag.Diagnostics) bool {
-	if data == nil || data.client == nil {
-		diags.AddError("Provider not configured",
-			"The rarecloud provider was not configured before the data source was read. Please report this issue to the provider developers.")
-		return false
-	}
-	return true
+	return providerConfigured(data, "the data source was read", diags)
 }
 
 // NewSandboxTemplatesDataSource returns the rarecloud_sandbox_templates data source.
@@ -126,7 +108,7 @@ func (d *sandboxTemplatesDataSource) Schema(_ context.Context, _ datasource.Sche
 }
 
 func (d *sandboxTemplatesDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if data := configureDataSource(req, resp); data != nil {
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
 		d.data = data
 	}
 }
@@ -176,7 +158,7 @@ func (d *sandboxTemplateDataSource) Schema(_ context.Context, _ datasource.Schem
 }
 
 func (d *sandboxTemplateDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if data := configureDataSource(req, resp); data != nil {
+	if data := providerDataFrom(req.ProviderData, &resp.Diagnostics); data != nil {
 		d.data = data
 	}
 }
