@@ -7,12 +7,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 func TestTemplates(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	r := c.do("GET", "/sandboxes/templates", tokA, nil, nil)
+	r := c.Do("GET", "/sandboxes/templates", tokA, nil, nil)
 	type tpl struct {
 		Name       string   `json:"name"`
 		VCPU       float64  `json:"vcpu"`
@@ -22,7 +24,7 @@ func TestTemplates(t *testing.T) {
 		Languages  []string `json:"languages"`
 	}
 	got := map[string]tpl{}
-	for _, x := range decodeData[[]tpl](t, r) {
+	for _, x := range apitest.DecodeData[[]tpl](t, r) {
 		got[x.Name] = x
 	}
 	want := map[string]string{"base": "", "python": "python", "node": "node"}
@@ -46,43 +48,43 @@ func TestTemplates(t *testing.T) {
 func TestHealth(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	r := c.do("GET", "/health", "", nil, nil)
-	got := decodeData[struct {
+	r := c.Do("GET", "/health", "", nil, nil)
+	got := apitest.DecodeData[struct {
 		Mode string         `json:"mode"`
 		Pool map[string]int `json:"pool"`
 	}](t, r)
-	if r.status != 200 || got.Mode != "real" || len(got.Pool) != 3 {
-		t.Fatalf("health: %d %+v", r.status, got)
+	if r.Status != 200 || got.Mode != "real" || len(got.Pool) != 3 {
+		t.Fatalf("health: %d %+v", r.Status, got)
 	}
 }
 
 func TestAuthAndScopes(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	expectErr(t, c.do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
-	expectErr(t, c.do("GET", "/sandboxes", "rc_pat_nope", nil, nil), 401, "UNAUTHORIZED")
-	msg := expectErr(t, c.do("POST", "/sandboxes", tokARead, map[string]any{}, nil), 403, "INSUFFICIENT_SCOPE")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes", "rc_pat_nope", nil, nil), 401, "UNAUTHORIZED")
+	msg := apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokARead, map[string]any{}, nil), 403, "INSUFFICIENT_SCOPE")
 	contains(t, msg, "services:write")
 	// Scopes match exactly: write does not include read.
-	msg = expectErr(t, c.do("GET", "/sandboxes", tokAWrite, nil, nil), 403, "INSUFFICIENT_SCOPE")
+	msg = apitest.ExpectErr(t, c.Do("GET", "/sandboxes", tokAWrite, nil, nil), 403, "INSUFFICIENT_SCOPE")
 	contains(t, msg, "services:read")
-	r := c.do("GET", "/sandboxes", tokARead, nil, nil)
-	if r.status != 200 {
-		t.Fatalf("read token list: %d", r.status)
+	r := c.Do("GET", "/sandboxes", tokARead, nil, nil)
+	if r.Status != 200 {
+		t.Fatalf("read token list: %d", r.Status)
 	}
 	// Unknown routes and methods answer with the envelope too.
-	expectErr(t, c.do("GET", "/nope", tokA, nil, nil), 404, "NOT_FOUND")
-	r = c.do("PATCH", "/sandboxes", tokA, map[string]any{}, nil)
-	expectErr(t, r, 405, "METHOD_NOT_ALLOWED")
-	if r.header.Get("Allow") != "GET, POST" {
-		t.Errorf("Allow = %q", r.header.Get("Allow"))
+	apitest.ExpectErr(t, c.Do("GET", "/nope", tokA, nil, nil), 404, "NOT_FOUND")
+	r = c.Do("PATCH", "/sandboxes", tokA, map[string]any{}, nil)
+	apitest.ExpectErr(t, r, 405, "METHOD_NOT_ALLOWED")
+	if r.Header.Get("Allow") != "GET, POST" {
+		t.Errorf("Allow = %q", r.Header.Get("Allow"))
 	}
 }
 
 func TestSandboxLifecycle(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	created := c.create(tokA, map[string]any{"template": "python", "timeoutMs": 120000, "labels": map[string]string{"suite": "lifecycle"}, "env": map[string]string{"GREETING": "hej"}})
+	created := c.Create(tokA, map[string]any{"template": "python", "timeoutMs": 120000, "labels": map[string]string{"suite": "lifecycle"}, "env": map[string]string{"GREETING": "hej"}})
 	if !strings.HasPrefix(created.ID, "sbx-") || created.Template != "python" || created.TimeoutMs != 120000 {
 		t.Fatalf("created = %+v", created)
 	}
@@ -96,13 +98,13 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	if created.Status == "pending" {
 		// Too early: the container is still starting.
-		r := c.do("POST", "/sandboxes/"+created.ID+"/commands", tokA, map[string]any{"cmd": "true"}, nil)
-		expectErr(t, r, 409, "SANDBOX_NOT_READY")
-		if r.header.Get("Retry-After") == "" {
+		r := c.Do("POST", "/sandboxes/"+created.ID+"/commands", tokA, map[string]any{"cmd": "true"}, nil)
+		apitest.ExpectErr(t, r, 409, "SANDBOX_NOT_READY")
+		if r.Header.Get("Retry-After") == "" {
 			t.Error("SANDBOX_NOT_READY without Retry-After")
 		}
 	}
-	sb := c.waitStatus(tokA, created.ID, "running")
+	sb := c.WaitStatus(tokA, created.ID, apitest.WaitTimeout, "running")
 	id := sb.ID
 
 	// Commands: sh -c as uid 10001 in /home/user, with the sandbox's env.
@@ -116,23 +118,23 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 
 	// run_code: each call a fresh process; pandas and numpy are there.
-	r := c.do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "python", "code": "import pandas as pd, numpy as np\nx = 41\nprint(int(np.int64(x) + 1), pd.__name__)"}, nil)
-	res := decodeData[execResult](t, r)
+	r := c.Do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "python", "code": "import pandas as pd, numpy as np\nx = 41\nprint(int(np.int64(x) + 1), pd.__name__)"}, nil)
+	res := apitest.DecodeData[apitest.ExecResult](t, r)
 	if exitCode(t, res) != 0 || res.Stdout != "42 pandas\n" {
 		t.Fatalf("run_code = %+v", res)
 	}
-	r = c.do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "python", "code": "print(x)"}, nil)
-	res = decodeData[execResult](t, r)
+	r = c.Do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "python", "code": "print(x)"}, nil)
+	res = apitest.DecodeData[apitest.ExecResult](t, r)
 	if exitCode(t, res) == 0 || !strings.Contains(res.Stderr, "NameError") {
 		t.Fatalf("state carried over between run_code calls: %+v", res)
 	}
-	expectErr(t, c.do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "node", "code": "1"}, nil), 400, "LANGUAGE_NOT_AVAILABLE")
-	expectErr(t, c.do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "ruby", "code": "1"}, nil), 400, "INVALID_LANGUAGE")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "node", "code": "1"}, nil), 400, "LANGUAGE_NOT_AVAILABLE")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "ruby", "code": "1"}, nil), 400, "INVALID_LANGUAGE")
 
 	// Timeouts kill the command and say so.
 	start := time.Now()
-	r = c.do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "echo started; sleep 30", "timeoutMs": 1000}, nil)
-	res = decodeData[execResult](t, r)
+	r = c.Do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "echo started; sleep 30", "timeoutMs": 1000}, nil)
+	res = apitest.DecodeData[apitest.ExecResult](t, r)
 	if !res.TimedOut || res.ExitCode != nil || time.Since(start) > 15*time.Second {
 		t.Fatalf("timeout: %+v after %v", res, time.Since(start))
 	}
@@ -147,30 +149,30 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 
 	// Preview URLs do not exist.
-	expectErr(t, c.do("POST", "/sandboxes/"+id+"/ports/8080", tokA, nil, nil), 501, "NOT_IMPLEMENTED")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+id+"/ports/8080", tokA, nil, nil), 501, "NOT_IMPLEMENTED")
 
 	// Delete: 200, then 404 everywhere.
-	r = c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
-	if r.status != 200 {
-		t.Fatalf("delete: %d", r.status)
+	r = c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+	if r.Status != 200 {
+		t.Fatalf("delete: %d", r.Status)
 	}
-	expectErr(t, c.do("GET", "/sandboxes/"+id, tokA, nil, nil), 404, "NOT_FOUND")
-	expectErr(t, c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil), 404, "NOT_FOUND")
-	expectErr(t, c.do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "true"}, nil), 404, "NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+id, tokA, nil, nil), 404, "NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil), 404, "NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "true"}, nil), 404, "NOT_FOUND")
 }
 
 func TestFiles(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	id := c.running(tokA, map[string]any{"template": "base"}).ID
+	id := c.Running(tokA, map[string]any{"template": "base"}).ID
 	path := "/sandboxes/" + id + "/files"
 
 	content := "a,b\n1,2\n\ttabs, ünïcödé ✓, emoji 🚀, CRLF\r\n, no trailing newline"
-	r := c.do("PUT", path, tokA, map[string]any{"path": "/home/user/deep/er/data.csv", "content": content}, nil)
-	if r.status != 200 {
-		t.Fatalf("write: %d %+v", r.status, r.env.Error)
+	r := c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/deep/er/data.csv", "content": content}, nil)
+	if r.Status != 200 {
+		t.Fatalf("write: %d %+v", r.Status, r.Env.Error)
 	}
-	got := decodeData[struct{ Path, Content string }](t, c.do("GET", path+"?path=/home/user/deep/er/data.csv", tokA, nil, nil))
+	got := apitest.DecodeData[struct{ Path, Content string }](t, c.Do("GET", path+"?path=/home/user/deep/er/data.csv", tokA, nil, nil))
 	if got.Content != content || got.Path != "/home/user/deep/er/data.csv" {
 		t.Fatalf("read back %q", got.Content)
 	}
@@ -180,39 +182,39 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("stat = %+v", out)
 	}
 	// /tmp is writable too; an empty file is a file.
-	if r := c.do("PUT", path, tokA, map[string]any{"path": "/tmp/empty", "content": ""}, nil); r.status != 200 {
-		t.Fatalf("write /tmp: %d", r.status)
+	if r := c.Do("PUT", path, tokA, map[string]any{"path": "/tmp/empty", "content": ""}, nil); r.Status != 200 {
+		t.Fatalf("write /tmp: %d", r.Status)
 	}
-	if got := decodeData[struct{ Content string }](t, c.do("GET", path+"?path=/tmp/empty", tokA, nil, nil)); got.Content != "" {
+	if got := apitest.DecodeData[struct{ Content string }](t, c.Do("GET", path+"?path=/tmp/empty", tokA, nil, nil)); got.Content != "" {
 		t.Fatalf("empty file: %q", got.Content)
 	}
 
-	expectErr(t, c.do("GET", path+"?path=/home/user/missing.txt", tokA, nil, nil), 404, "FILE_NOT_FOUND")
-	expectErr(t, c.do("GET", path+"?path=relative.txt", tokA, nil, nil), 400, "INVALID_PATH")
-	expectErr(t, c.do("GET", path+"?path=/home/user", tokA, nil, nil), 400, "IS_A_DIRECTORY")
-	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "home/user/x", "content": "x"}, nil), 400, "INVALID_PATH")
-	msg := expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/etc/evil", "content": "x"}, nil), 403, "PERMISSION_DENIED")
+	apitest.ExpectErr(t, c.Do("GET", path+"?path=/home/user/missing.txt", tokA, nil, nil), 404, "FILE_NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("GET", path+"?path=relative.txt", tokA, nil, nil), 400, "INVALID_PATH")
+	apitest.ExpectErr(t, c.Do("GET", path+"?path=/home/user", tokA, nil, nil), 400, "IS_A_DIRECTORY")
+	apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "home/user/x", "content": "x"}, nil), 400, "INVALID_PATH")
+	msg := apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "/etc/evil", "content": "x"}, nil), 403, "PERMISSION_DENIED")
 	contains(t, msg, "/etc/evil")
-	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/usr/local/bin/x", "content": "x"}, nil), 403, "PERMISSION_DENIED")
+	apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "/usr/local/bin/x", "content": "x"}, nil), 403, "PERMISSION_DENIED")
 
 	// Exactly the limit is fine; one character more is not.
 	big := strings.Repeat("é", 1_000_000)
-	if r := c.do("PUT", path, tokA, map[string]any{"path": "/home/user/big.txt", "content": big}, nil); r.status != 200 {
-		t.Fatalf("1,000,000 characters: %d %+v", r.status, r.env.Error)
+	if r := c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/big.txt", "content": big}, nil); r.Status != 200 {
+		t.Fatalf("1,000,000 characters: %d %+v", r.Status, r.Env.Error)
 	}
-	if got := decodeData[struct{ Content string }](t, c.do("GET", path+"?path=/home/user/big.txt", tokA, nil, nil)); got.Content != big {
+	if got := apitest.DecodeData[struct{ Content string }](t, c.Do("GET", path+"?path=/home/user/big.txt", tokA, nil, nil)); got.Content != big {
 		t.Fatalf("big file read back with %d bytes", len(got.Content))
 	}
-	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/big2.txt", "content": big + "x"}, nil), 413, "PAYLOAD_TOO_LARGE")
+	apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/big2.txt", "content": big + "x"}, nil), 413, "PAYLOAD_TOO_LARGE")
 	// A binary file is reported, not mangled.
 	c.command(id, `printf '\377\376' > /home/user/bin.dat`)
-	expectErr(t, c.do("GET", path+"?path=/home/user/bin.dat", tokA, nil, nil), 422, "FILE_NOT_TEXT")
+	apitest.ExpectErr(t, c.Do("GET", path+"?path=/home/user/bin.dat", tokA, nil, nil), 422, "FILE_NOT_TEXT")
 }
 
 func TestCrossAccountIsNotFound(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	id := c.running(tokA, map[string]any{"labels": map[string]string{"owner": "a"}}).ID
+	id := c.Running(tokA, map[string]any{"labels": map[string]string{"owner": "a"}}).ID
 	missing := "sbx-doesnotexist"
 	for _, probe := range []struct {
 		method, suffix string
@@ -227,15 +229,15 @@ func TestCrossAccountIsNotFound(t *testing.T) {
 		{"GET", "/logs", nil},
 		{"POST", "/ports/80", nil},
 	} {
-		other := c.do(probe.method, "/sandboxes/"+id+probe.suffix, tokB, probe.body, nil)
-		none := c.do(probe.method, "/sandboxes/"+missing+probe.suffix, tokB, probe.body, nil)
-		expectErr(t, other, 404, "NOT_FOUND")
-		expectErr(t, none, 404, "NOT_FOUND")
-		if strings.ReplaceAll(other.env.Error.Message, id, "ID") != strings.ReplaceAll(none.env.Error.Message, missing, "ID") {
-			t.Errorf("%s %s: other account %q vs missing %q", probe.method, probe.suffix, other.env.Error.Message, none.env.Error.Message)
+		other := c.Do(probe.method, "/sandboxes/"+id+probe.suffix, tokB, probe.body, nil)
+		none := c.Do(probe.method, "/sandboxes/"+missing+probe.suffix, tokB, probe.body, nil)
+		apitest.ExpectErr(t, other, 404, "NOT_FOUND")
+		apitest.ExpectErr(t, none, 404, "NOT_FOUND")
+		if strings.ReplaceAll(other.Env.Error.Message, id, "ID") != strings.ReplaceAll(none.Env.Error.Message, missing, "ID") {
+			t.Errorf("%s %s: other account %q vs missing %q", probe.method, probe.suffix, other.Env.Error.Message, none.Env.Error.Message)
 		}
 	}
-	for _, sb := range decodeData[[]sandbox](t, c.do("GET", "/sandboxes", tokB, nil, nil)) {
+	for _, sb := range apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokB, nil, nil)) {
 		if sb.ID == id {
 			t.Fatal("account b lists account a's sandbox")
 		}
@@ -250,11 +252,11 @@ func TestListFiltersByLabel(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
 	run := fmt.Sprintf("r%d", time.Now().UnixNano())
-	a := c.create(tokA, map[string]any{"labels": map[string]string{"run": run, "role": "web"}})
-	b := c.create(tokA, map[string]any{"labels": map[string]string{"run": run, "role": "db"}})
+	a := c.Create(tokA, map[string]any{"labels": map[string]string{"run": run, "role": "web"}})
+	b := c.Create(tokA, map[string]any{"labels": map[string]string{"run": run, "role": "db"}})
 	ids := func(path string) string {
 		var out []string
-		for _, sb := range decodeData[[]sandbox](t, c.do("GET", path, tokA, nil, nil)) {
+		for _, sb := range apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", path, tokA, nil, nil)) {
 			out = append(out, sb.ID)
 		}
 		return strings.Join(out, ",")
@@ -268,7 +270,7 @@ func TestListFiltersByLabel(t *testing.T) {
 	if got := ids("/sandboxes?label=run=" + run + "&label=role=cache"); got != "" {
 		t.Fatalf("no match: %s", got)
 	}
-	expectErr(t, c.do("GET", "/sandboxes?label=novalue", tokA, nil, nil), 400, "INVALID_LABEL_FILTER")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes?label=novalue", tokA, nil, nil), 400, "INVALID_LABEL_FILTER")
 }
 
 func TestCreateValidation(t *testing.T) {
@@ -302,9 +304,9 @@ func TestCreateValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cc := *c
-			cc.t = t
-			msg := expectErr(t, cc.do("POST", "/sandboxes", tokA, tc.body, nil), tc.status, tc.code)
+			cc := *c.Client
+			cc.T = t
+			msg := apitest.ExpectErr(t, cc.Do("POST", "/sandboxes", tokA, tc.body, nil), tc.status, tc.code)
 			if len(msg) < 10 {
 				t.Errorf("message too terse: %q", msg)
 			}
@@ -317,40 +319,40 @@ func TestIdempotentCreate(t *testing.T) {
 	c := realBackend(t)
 	key := fmt.Sprintf("key-%d", time.Now().UnixNano())
 	body := map[string]any{"template": "base", "labels": map[string]string{"idem": key}}
-	first := c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
-	sb := decodeData[sandbox](t, first)
-	t.Cleanup(func() { c.raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil) })
-	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("first: %d replayed=%q", first.status, first.header.Get("Idempotent-Replayed"))
+	first := c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
+	sb := apitest.DecodeData[apitest.Sandbox](t, first)
+	t.Cleanup(func() { c.Raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil) })
+	if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d replayed=%q", first.Status, first.Header.Get("Idempotent-Replayed"))
 	}
-	again := c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
-	if again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || decodeData[sandbox](t, again).ID != sb.ID {
-		t.Fatalf("replay: %d %q %s", again.status, again.header.Get("Idempotent-Replayed"), again.env.Data)
+	again := c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
+	if again.Status != 201 || again.Header.Get("Idempotent-Replayed") != "true" || apitest.DecodeData[apitest.Sandbox](t, again).ID != sb.ID {
+		t.Fatalf("replay: %d %q %s", again.Status, again.Header.Get("Idempotent-Replayed"), again.Env.Data)
 	}
 	other := map[string]any{"template": "python", "labels": map[string]string{"idem": key}}
-	expectErr(t, c.do("POST", "/sandboxes", tokA, other, map[string]string{"Idempotency-Key": key}), 422, "IDEMPOTENCY_KEY_REUSED")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, other, map[string]string{"Idempotency-Key": key}), 422, "IDEMPOTENCY_KEY_REUSED")
 	// Keys are per account.
-	theirs := c.do("POST", "/sandboxes", tokB, body, map[string]string{"Idempotency-Key": key})
-	tb := decodeData[sandbox](t, theirs)
-	t.Cleanup(func() { c.raw("DELETE", "/sandboxes/"+tb.ID, tokB, nil, nil) })
-	if tb.ID == sb.ID || theirs.header.Get("Idempotent-Replayed") != "" {
+	theirs := c.Do("POST", "/sandboxes", tokB, body, map[string]string{"Idempotency-Key": key})
+	tb := apitest.DecodeData[apitest.Sandbox](t, theirs)
+	t.Cleanup(func() { c.Raw("DELETE", "/sandboxes/"+tb.ID, tokB, nil, nil) })
+	if tb.ID == sb.ID || theirs.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("account b got account a's sandbox")
 	}
 	// Exactly one sandbox was made for the key.
-	if n := len(decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=idem="+key, tokA, nil, nil))); n != 1 {
+	if n := len(apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=idem="+key, tokA, nil, nil))); n != 1 {
 		t.Fatalf("%d sandboxes for one key", n)
 	}
 	// A failed create spends the key: the same answer comes back.
 	bad := map[string]any{"template": "nope"}
-	expectErr(t, c.do("POST", "/sandboxes", tokA, bad, map[string]string{"Idempotency-Key": key + "-bad"}), 400, "UNKNOWN_TEMPLATE")
-	expectErr(t, c.do("POST", "/sandboxes", tokA, map[string]any{"image": "registry.invalid/x:1"}, map[string]string{"Idempotency-Key": key + "-img"}), 422, "IMAGE_PULL_FAILED")
-	r := c.do("POST", "/sandboxes", tokA, map[string]any{"image": "registry.invalid/x:1"}, map[string]string{"Idempotency-Key": key + "-img"})
-	expectErr(t, r, 422, "IMAGE_PULL_FAILED")
-	if r.header.Get("Idempotent-Replayed") != "true" {
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, bad, map[string]string{"Idempotency-Key": key + "-bad"}), 400, "UNKNOWN_TEMPLATE")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"image": "registry.invalid/x:1"}, map[string]string{"Idempotency-Key": key + "-img"}), 422, "IMAGE_PULL_FAILED")
+	r := c.Do("POST", "/sandboxes", tokA, map[string]any{"image": "registry.invalid/x:1"}, map[string]string{"Idempotency-Key": key + "-img"})
+	apitest.ExpectErr(t, r, 422, "IMAGE_PULL_FAILED")
+	if r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Error("failed create was not replayed")
 	}
-	expectErr(t, c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": "bad\tkey"}), 400, "INVALID_IDEMPOTENCY_KEY")
-	expectErr(t, c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}), 400, "INVALID_IDEMPOTENCY_KEY")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": "bad\tkey"}), 400, "INVALID_IDEMPOTENCY_KEY")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}), 400, "INVALID_IDEMPOTENCY_KEY")
 }
 
 func TestConcurrentIdempotentCreates(t *testing.T) {
@@ -364,7 +366,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, env := c.raw("POST", "/sandboxes", tokA, body, nil)
+			st, env := c.Raw("POST", "/sandboxes", tokA, body, nil)
 			_ = env
 			codes[i] = st
 		}()
@@ -372,7 +374,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 	wg.Wait()
 	_ = codes
 	// Without a key every request is its own sandbox.
-	if n := len(decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=race="+key, tokA, nil, nil))); n != 3 {
+	if n := len(apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=race="+key, tokA, nil, nil))); n != 3 {
 		t.Fatalf("%d sandboxes without keys, want 3", n)
 	}
 	t.Cleanup(func() { cleanupLabel(c, tokA, "race="+key) })
@@ -384,10 +386,10 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := c.do("POST", "/sandboxes", tokA, body2, map[string]string{"Idempotency-Key": key2})
-			statuses[i] = r.status
-			if r.status == 409 && (r.env.Error.Code != "IDEMPOTENCY_IN_PROGRESS" || r.header.Get("Retry-After") == "") {
-				t.Errorf("409 without IDEMPOTENCY_IN_PROGRESS and Retry-After: %+v", r.env.Error)
+			r := c.Do("POST", "/sandboxes", tokA, body2, map[string]string{"Idempotency-Key": key2})
+			statuses[i] = r.Status
+			if r.Status == 409 && (r.Env.Error.Code != "IDEMPOTENCY_IN_PROGRESS" || r.Header.Get("Retry-After") == "") {
+				t.Errorf("409 without IDEMPOTENCY_IN_PROGRESS and Retry-After: %+v", r.Env.Error)
 			}
 		}()
 	}
@@ -398,64 +400,64 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 			t.Fatalf("statuses %v", statuses)
 		}
 	}
-	if n := len(decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=race="+key2, tokA, nil, nil))); n != 1 {
+	if n := len(apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=race="+key2, tokA, nil, nil))); n != 1 {
 		t.Fatalf("%d sandboxes for one key under concurrency, want 1", n)
 	}
 }
 
 func cleanupLabel(c *client, tok, label string) {
-	_, env := c.raw("GET", "/sandboxes?label="+label, tok, nil, nil)
-	var list []sandbox
+	_, env := c.Raw("GET", "/sandboxes?label="+label, tok, nil, nil)
+	var list []apitest.Sandbox
 	_ = jsonUnmarshal(env.Data, &list)
 	for _, sb := range list {
-		c.raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil)
+		c.Raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil)
 	}
 }
 
 func TestRunMode(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	fail := c.create(tokA, map[string]any{"cmd": []string{"sh", "-c", "echo out; sleep 0.2; echo err >&2; sleep 0.2; echo done; exit 3"}})
-	ok := c.create(tokA, map[string]any{"entrypoint": []string{"python3", "-c"}, "cmd": []string{"print('fine')"}, "template": "python"})
+	fail := c.Create(tokA, map[string]any{"cmd": []string{"sh", "-c", "echo out; sleep 0.2; echo err >&2; sleep 0.2; echo done; exit 3"}})
+	ok := c.Create(tokA, map[string]any{"entrypoint": []string{"python3", "-c"}, "cmd": []string{"print('fine')"}, "template": "python"})
 	if !fail.RunMode || !ok.RunMode || fail.ExitCode != nil {
 		t.Fatalf("run mode not set: %+v %+v", fail, ok)
 	}
-	f := c.waitStatus(tokA, fail.ID, "exited", "terminated")
+	f := c.WaitStatus(tokA, fail.ID, apitest.WaitTimeout, "exited", "terminated")
 	if f.Status != "exited" || f.ExitCode == nil || *f.ExitCode != 3 {
 		t.Fatalf("failing job: %+v", f)
 	}
-	o := c.waitStatus(tokA, ok.ID, "exited", "terminated")
+	o := c.WaitStatus(tokA, ok.ID, apitest.WaitTimeout, "exited", "terminated")
 	if o.Status != "exited" || o.ExitCode == nil || *o.ExitCode != 0 {
 		t.Fatalf("ok job: %+v", o)
 	}
-	logs := decodeData[struct{ Logs string }](t, c.do("GET", "/sandboxes/"+fail.ID+"/logs", tokA, nil, nil))
+	logs := apitest.DecodeData[struct{ Logs string }](t, c.Do("GET", "/sandboxes/"+fail.ID+"/logs", tokA, nil, nil))
 	if logs.Logs != "out\nerr\ndone\n" {
 		t.Fatalf("logs = %q", logs.Logs)
 	}
-	logs = decodeData[struct{ Logs string }](t, c.do("GET", "/sandboxes/"+ok.ID+"/logs", tokA, nil, nil))
+	logs = apitest.DecodeData[struct{ Logs string }](t, c.Do("GET", "/sandboxes/"+ok.ID+"/logs", tokA, nil, nil))
 	if logs.Logs != "fine\n" {
 		t.Fatalf("logs = %q", logs.Logs)
 	}
-	expectErr(t, c.do("POST", "/sandboxes/"+fail.ID+"/commands", tokA, map[string]any{"cmd": "true"}, nil), 409, "SANDBOX_NOT_RUNNING")
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+fail.ID+"/commands", tokA, map[string]any{"cmd": "true"}, nil), 409, "SANDBOX_NOT_RUNNING")
 	// The record stays readable after the program ended, and deletes like any other.
-	if r := c.do("DELETE", "/sandboxes/"+fail.ID, tokA, nil, nil); r.status != 200 {
-		t.Fatalf("delete exited: %d", r.status)
+	if r := c.Do("DELETE", "/sandboxes/"+fail.ID, tokA, nil, nil); r.Status != 200 {
+		t.Fatalf("delete exited: %d", r.Status)
 	}
 }
 
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	sb := c.create(tokA, map[string]any{"timeoutMs": 5000})
-	c.waitStatus(tokA, sb.ID, "running")
+	sb := c.Create(tokA, map[string]any{"timeoutMs": 5000})
+	c.WaitStatus(tokA, sb.ID, apitest.WaitTimeout, "running")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r := c.do("GET", "/sandboxes/"+sb.ID, tokA, nil, nil)
-		if r.status == http.StatusNotFound {
+		r := c.Do("GET", "/sandboxes/"+sb.ID, tokA, nil, nil)
+		if r.Status == http.StatusNotFound {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox still there after its timeout: %s", r.env.Data)
+			t.Fatalf("sandbox still there after its timeout: %s", r.Env.Data)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -470,24 +472,24 @@ func TestExpiry(t *testing.T) {
 func TestFilePathsStayInside(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	id := c.running(tokA, map[string]any{}).ID
+	id := c.Running(tokA, map[string]any{}).ID
 	path := "/sandboxes/" + id + "/files"
 	out := c.command(id, "ln -s /etc/passwd /home/user/link && ln -s /etc /home/user/etcdir && md5sum /etc/passwd")
 	before := out.Stdout
-	put := func(p, content string) response {
-		return c.do("PUT", path, tokA, map[string]any{"path": p, "content": content}, nil)
+	put := func(p, content string) apitest.Response {
+		return c.Do("PUT", path, tokA, map[string]any{"path": p, "content": content}, nil)
 	}
 	// A symlink at the path is replaced, never followed.
-	if r := put("/home/user/link", "mine"); r.status != 200 {
-		t.Fatalf("write over symlink: %d %+v", r.status, r.env.Error)
+	if r := put("/home/user/link", "mine"); r.Status != 200 {
+		t.Fatalf("write over symlink: %d %+v", r.Status, r.Env.Error)
 	}
-	expectErr(t, put("/home/user/etcdir/evil", "x"), 403, "PERMISSION_DENIED")
-	expectErr(t, put("/home/user/../../etc/evil", "x"), 403, "PERMISSION_DENIED")
-	expectErr(t, put("/home/user/link/x", "x"), 400, "INVALID_PATH")
-	expectErr(t, put("/home/user/"+strings.Repeat("n", 300), "x"), 400, "INVALID_PATH")
-	expectErr(t, put("/proc/1/environ", "x"), 403, "PERMISSION_DENIED")
-	if r := put("/tmp/../home/user/ok.txt", "ok"); r.status != 200 {
-		t.Fatalf("write through ..: %d", r.status)
+	apitest.ExpectErr(t, put("/home/user/etcdir/evil", "x"), 403, "PERMISSION_DENIED")
+	apitest.ExpectErr(t, put("/home/user/../../etc/evil", "x"), 403, "PERMISSION_DENIED")
+	apitest.ExpectErr(t, put("/home/user/link/x", "x"), 400, "INVALID_PATH")
+	apitest.ExpectErr(t, put("/home/user/"+strings.Repeat("n", 300), "x"), 400, "INVALID_PATH")
+	apitest.ExpectErr(t, put("/proc/1/environ", "x"), 403, "PERMISSION_DENIED")
+	if r := put("/tmp/../home/user/ok.txt", "ok"); r.Status != 200 {
+		t.Fatalf("write through ..: %d", r.Status)
 	}
 	out = c.command(id, "md5sum /etc/passwd; cat /home/user/ok.txt; echo; [ -L /home/user/link ] && echo still-link || { cat /home/user/link; echo; }; ls /etc/evil 2>&1 | grep -c 'No such'")
 	want := before + "ok\nmine\n1\n"
@@ -501,31 +503,31 @@ func TestFilePathsStayInside(t *testing.T) {
 func TestWaitFor(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	sb := c.create(tokA, map[string]any{})
-	r := c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=running&timeoutMs=60000", tokA, nil, nil)
-	if got := decodeData[sandbox](t, r); got.Status != "running" {
+	sb := c.Create(tokA, map[string]any{})
+	r := c.Do("GET", "/sandboxes/"+sb.ID+"?waitFor=running&timeoutMs=60000", tokA, nil, nil)
+	if got := apitest.DecodeData[apitest.Sandbox](t, r); got.Status != "running" {
 		t.Fatalf("waitFor=running answered %s", got.Status)
 	}
 	// A run-mode job: waiting for running still returns once it has ended.
-	job := c.create(tokA, map[string]any{"cmd": []string{"sh", "-c", "exit 9"}})
-	r = c.do("GET", "/sandboxes/"+job.ID+"?waitFor=exited&timeoutMs=60000", tokA, nil, nil)
-	if got := decodeData[sandbox](t, r); got.Status != "exited" || got.ExitCode == nil || *got.ExitCode != 9 {
+	job := c.Create(tokA, map[string]any{"cmd": []string{"sh", "-c", "exit 9"}})
+	r = c.Do("GET", "/sandboxes/"+job.ID+"?waitFor=exited&timeoutMs=60000", tokA, nil, nil)
+	if got := apitest.DecodeData[apitest.Sandbox](t, r); got.Status != "exited" || got.ExitCode == nil || *got.ExitCode != 9 {
 		t.Fatalf("waitFor=exited answered %+v", got)
 	}
 	// Time up: the sandbox as it is.
 	start := time.Now()
-	r = c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited&timeoutMs=300", tokA, nil, nil)
-	if got := decodeData[sandbox](t, r); got.Status != "running" || time.Since(start) < 250*time.Millisecond {
+	r = c.Do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited&timeoutMs=300", tokA, nil, nil)
+	if got := apitest.DecodeData[apitest.Sandbox](t, r); got.Status != "running" || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("timed-out wait answered %s after %v", got.Status, time.Since(start))
 	}
 	// Deleted while waiting: 404.
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		c.raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
+		c.Raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
 	}()
-	expectErr(t, c.do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited", tokA, nil, nil), 404, "NOT_FOUND")
-	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=done", tokA, nil, nil), 400, "INVALID_REQUEST")
-	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=running&timeoutMs=600000", tokA, nil, nil), 400, "INVALID_TIMEOUT")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+sb.ID+"?waitFor=exited", tokA, nil, nil), 404, "NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+job.ID+"?waitFor=done", tokA, nil, nil), 400, "INVALID_REQUEST")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+job.ID+"?waitFor=running&timeoutMs=600000", tokA, nil, nil), 400, "INVALID_TIMEOUT")
 	// Another account waits for nothing.
-	expectErr(t, c.do("GET", "/sandboxes/"+job.ID+"?waitFor=running", tokB, nil, nil), 404, "NOT_FOUND")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+job.ID+"?waitFor=running", tokB, nil, nil), 404, "NOT_FOUND")
 }

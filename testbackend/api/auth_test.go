@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 // TestAuthMatrix: every route × every kind of caller, with the status and
@@ -15,9 +16,9 @@ import (
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
-	owned := c.running(tokA, map[string]any{"template": "python"}).ID
+	owned := c.Running(tokA, map[string]any{"template": "python"}).ID
 	// Each successful DELETE needs a sandbox of its own.
-	victim := func(tok string) string { return c.running(tok, map[string]any{}).ID }
+	victim := func(tok string) string { return c.Running(tok, map[string]any{}).ID }
 
 	type route struct {
 		method, path string
@@ -57,7 +58,7 @@ func TestAuthMatrix(t *testing.T) {
 				target = victim(tokA)
 			}
 			path = replaceID(path, target)
-			r := c.do(rt.method, path, who.token, rt.body, nil)
+			r := c.Do(rt.method, path, who.token, rt.body, nil)
 			needRead := rt.method == "GET"
 			var wantStatus int
 			var wantCode string
@@ -75,17 +76,17 @@ func TestAuthMatrix(t *testing.T) {
 				}
 			}
 			label := fmt.Sprintf("%s %s as %s", rt.method, rt.path, who.name)
-			if r.status != wantStatus {
-				t.Errorf("%s: status %d, want %d (%+v)", label, r.status, wantStatus, r.env.Error)
+			if r.Status != wantStatus {
+				t.Errorf("%s: status %d, want %d (%+v)", label, r.Status, wantStatus, r.Env.Error)
 				continue
 			}
-			if wantCode != "" && (r.env.Error == nil || r.env.Error.Code != wantCode) {
-				t.Errorf("%s: error %+v, want %s", label, r.env.Error, wantCode)
+			if wantCode != "" && (r.Env.Error == nil || r.Env.Error.Code != wantCode) {
+				t.Errorf("%s: error %+v, want %s", label, r.Env.Error, wantCode)
 			}
-			if r.status == 201 {
-				sb := decodeData[sandbox](t, r)
+			if r.Status == 201 {
+				sb := apitest.DecodeData[apitest.Sandbox](t, r)
 				tok := who.token
-				t.Cleanup(func() { c.raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil) })
+				t.Cleanup(func() { c.Raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil) })
 			}
 		}
 	}
@@ -114,27 +115,27 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 	defer b.Close()
 	c := newClient(t, b.URL())
-	id := c.running(tokA, map[string]any{}).ID
-	defer c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+	id := c.Running(tokA, map[string]any{}).ID
+	defer c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.raw("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "sleep 2"}, nil)
+			c.Raw("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "sleep 2"}, nil)
 		}()
 	}
 	time.Sleep(500 * time.Millisecond) // both slow commands are in flight
-	r := c.do("GET", "/sandboxes/"+id, tokA, nil, nil)
-	expectErr(t, r, http.StatusTooManyRequests, "TOO_MANY_REQUESTS")
-	if r.header.Get("Retry-After") == "" {
+	r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil)
+	apitest.ExpectErr(t, r, http.StatusTooManyRequests, "TOO_MANY_REQUESTS")
+	if r.Header.Get("Retry-After") == "" {
 		t.Error("429 without Retry-After")
 	}
-	if r := c.do("GET", "/sandboxes", tokB, nil, nil); r.status != 200 {
-		t.Fatalf("other account limited too: %d", r.status)
+	if r := c.Do("GET", "/sandboxes", tokB, nil, nil); r.Status != 200 {
+		t.Fatalf("other account limited too: %d", r.Status)
 	}
 	wg.Wait()
-	if r := c.do("GET", "/sandboxes/"+id, tokA, nil, nil); r.status != 200 {
-		t.Fatalf("limit not released: %d", r.status)
+	if r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil); r.Status != 200 {
+		t.Fatalf("limit not released: %d", r.Status)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 )
 
@@ -116,14 +117,14 @@ func TestKilledDuringCreate(t *testing.T) {
 			c := newClient(t, "http://"+p.addr+"/v1")
 			key := fmt.Sprintf("kill-%d", time.Now().UnixNano())
 			body := map[string]any{"labels": map[string]string{"fault": key}}
-			go c.raw("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
+			go c.Raw("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
 			time.Sleep(delay)
 			p.kill()
 
 			startProcess(t, data, tokens, p.addr)
-			sb := decodeData[sandbox](t, c.do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key}))
-			c.waitStatus(tokA, sb.ID, "running")
-			list := decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=fault="+key, tokA, nil, nil))
+			sb := apitest.DecodeData[apitest.Sandbox](t, c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key}))
+			c.WaitStatus(tokA, sb.ID, apitest.WaitTimeout, "running")
+			list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=fault="+key, tokA, nil, nil))
 			if len(list) != 1 || list[0].ID != sb.ID {
 				t.Fatalf("after the kill and a retry: %d sandboxes %+v", len(list), list)
 			}
@@ -144,7 +145,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if len(cs) != 1 || cs[0].Labels[runtime.LabelSandboxID] != sb.ID {
 				t.Fatalf("containers after reconciliation: %+v", cs)
 			}
-			c.do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
+			c.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
 		})
 	}
 }
@@ -216,7 +217,7 @@ resource "rarecloud_sandbox" "s" {
 	// Kill the backend once the creates are on their way.
 	c := newClient(t, "http://"+p.addr+"/v1")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		st, env := c.raw("GET", "/sandboxes?label=run="+run, tokA, nil, nil)
+		st, env := c.Raw("GET", "/sandboxes?label=run="+run, tokA, nil, nil)
 		if st == 200 && len(env.Data) > len("[]") { // at least one create arrived
 			break
 		}
@@ -236,7 +237,7 @@ resource "rarecloud_sandbox" "s" {
 		}
 	}
 	// Exactly what is configured, each one running and in the state.
-	list := decodeData[[]sandbox](t, c.do("GET", "/sandboxes?label=run="+run, tokA, nil, nil))
+	list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=run="+run, tokA, nil, nil))
 	running := 0
 	for _, sb := range list {
 		if sb.Status == "running" {

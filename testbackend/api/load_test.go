@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 // TestLoad keeps many sandboxes alive and sends commands to them from
@@ -39,13 +40,13 @@ func TestLoad(t *testing.T) {
 	var mu sync.Mutex
 	throttled, failures := 0, []string{}
 	// retry honours 429 with Retry-After, as a client must.
-	retry := func(f func() response) response {
+	retry := func(f func() apitest.Response) apitest.Response {
 		for {
 			r := f()
-			if r.status != 429 {
+			if r.Status != 429 {
 				return r
 			}
-			if r.header.Get("Retry-After") == "" {
+			if r.Header.Get("Retry-After") == "" {
 				mu.Lock()
 				failures = append(failures, "429 without Retry-After")
 				mu.Unlock()
@@ -60,16 +61,16 @@ func TestLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := retry(func() response {
-				return c.do("POST", "/sandboxes", tokA, map[string]any{"labels": map[string]string{"load": "1"}, "timeoutMs": 900000}, nil)
+			r := retry(func() apitest.Response {
+				return c.Do("POST", "/sandboxes", tokA, map[string]any{"labels": map[string]string{"load": "1"}, "timeoutMs": 900000}, nil)
 			})
-			if r.status != 201 {
+			if r.Status != 201 {
 				mu.Lock()
-				failures = append(failures, fmt.Sprintf("create: %d %+v", r.status, r.env.Error))
+				failures = append(failures, fmt.Sprintf("create: %d %+v", r.Status, r.Env.Error))
 				mu.Unlock()
 				return
 			}
-			ids[i] = decodeData[sandbox](t, r).ID
+			ids[i] = apitest.DecodeData[apitest.Sandbox](t, r).ID
 		}()
 	}
 	wg.Wait()
@@ -77,7 +78,7 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("creates failed: %v", failures)
 	}
 	for _, id := range ids {
-		c.waitStatus(tokA, id, "running")
+		c.WaitStatus(tokA, id, apitest.WaitTimeout, "running")
 	}
 	t.Logf("%d sandboxes running after %v", sandboxes, time.Since(start))
 
@@ -90,14 +91,14 @@ func TestLoad(t *testing.T) {
 			for i := range jobs {
 				id := ids[i%len(ids)]
 				t0 := time.Now()
-				r := retry(func() response {
-					return c.do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "echo " + strconv.Itoa(i)}, nil)
+				r := retry(func() apitest.Response {
+					return c.Do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "echo " + strconv.Itoa(i)}, nil)
 				})
 				d := time.Since(t0)
 				mu.Lock()
-				if r.status != 200 {
-					failures = append(failures, fmt.Sprintf("command: %d %+v", r.status, r.env.Error))
-				} else if out := decodeData[execResult](t, r); out.Stdout != strconv.Itoa(i)+"\n" {
+				if r.Status != 200 {
+					failures = append(failures, fmt.Sprintf("command: %d %+v", r.Status, r.Env.Error))
+				} else if out := apitest.DecodeData[apitest.ExecResult](t, r); out.Stdout != strconv.Itoa(i)+"\n" {
 					failures = append(failures, fmt.Sprintf("command %d answered %q", i, out.Stdout))
 				} else {
 					latencies = append(latencies, d)
@@ -122,8 +123,8 @@ func TestLoad(t *testing.T) {
 		commands, sandboxes, clients, elapsed.Round(time.Millisecond), p(0.5).Round(time.Millisecond), p(0.95).Round(time.Millisecond), p(0.99).Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond), throttled)
 
 	for _, id := range ids {
-		if r := c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil); r.status != 200 {
-			t.Errorf("delete %s: %d", id, r.status)
+		if r := c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil); r.Status != 200 {
+			t.Errorf("delete %s: %d", id, r.Status)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -134,7 +135,7 @@ func TestLoad(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.http.CloseIdleConnections()
+	c.HTTP.CloseIdleConnections()
 	// Goroutines wind down asynchronously; give them a moment, with backoff.
 	wait := 10 * time.Millisecond
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); wait = min(wait*2, time.Second) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 )
 
@@ -27,10 +28,10 @@ func TestWarmPool(t *testing.T) {
 	}
 	c := newClient(t, b.URL())
 	// Pool members are not sandboxes: nobody lists them.
-	if list := decodeData[[]sandbox](t, c.do("GET", "/sandboxes", tokA, nil, nil)); len(list) != 0 {
+	if list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokA, nil, nil)); len(list) != 0 {
 		t.Fatalf("warm containers listed: %+v", list)
 	}
-	first := c.create(tokA, map[string]any{"template": "python", "env": map[string]string{"SECRET_HASH": "abc"}})
+	first := c.Create(tokA, map[string]any{"template": "python", "env": map[string]string{"SECRET_HASH": "abc"}})
 	if first.Status != "running" {
 		t.Fatalf("claimed sandbox is %s, want running at once", first.Status)
 	}
@@ -38,14 +39,14 @@ func TestWarmPool(t *testing.T) {
 	if out.Stdout != "abc\n10001\n" {
 		t.Fatalf("claimed sandbox: %+v", out)
 	}
-	r := c.do("POST", "/sandboxes/"+first.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "import os; print(os.environ['SECRET_HASH'])"}, nil)
-	if res := decodeData[execResult](t, r); res.Stdout != "abc\n" {
+	r := c.Do("POST", "/sandboxes/"+first.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "import os; print(os.environ['SECRET_HASH'])"}, nil)
+	if res := apitest.DecodeData[apitest.ExecResult](t, r); res.Stdout != "abc\n" {
 		t.Fatalf("env in run_code: %+v", res)
 	}
 	if err := b.Manager().WaitPoolFull(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := c.create(tokA, map[string]any{"template": "python"})
+	second := c.Create(tokA, map[string]any{"template": "python"})
 	if second.Status != "running" {
 		t.Fatalf("second claim: %s", second.Status)
 	}
@@ -55,7 +56,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("second sandbox sees the first one's state: %q", out.Stdout)
 	}
 	// Run mode and custom images never come from the pool.
-	job := c.create(tokA, map[string]any{"template": "python", "cmd": []string{"true"}})
+	job := c.Create(tokA, map[string]any{"template": "python", "cmd": []string{"true"}})
 	if job.Status != "pending" {
 		t.Fatalf("run-mode sandbox from the pool: %+v", job)
 	}
@@ -94,7 +95,7 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("after restart: %d of the old pool containers kept (want the 2 claimed), %d in all (want 5)", kept, len(after))
 	}
 	for _, id := range []string{first.ID, second.ID, job.ID} {
-		c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
 	}
 	if n := len(poolContainers(ctx, t, dir)); n != 3 {
 		t.Errorf("%d warm-pool containers after deleting the claimed sandboxes, want the 3 idle ones", n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -42,10 +43,10 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, b1.URL())
-	keep := c.running(tokA, map[string]any{"labels": map[string]string{"r": "keep"}})
-	lost := c.running(tokA, map[string]any{})
-	expiring := c.running(tokA, map[string]any{"timeoutMs": 4000})
-	job := c.create(tokA, map[string]any{"cmd": []string{"sh", "-c", "sleep 1; echo finished; exit 5"}})
+	keep := c.Running(tokA, map[string]any{"labels": map[string]string{"r": "keep"}})
+	lost := c.Running(tokA, map[string]any{})
+	expiring := c.Running(tokA, map[string]any{"timeoutMs": 4000})
+	job := c.Create(tokA, map[string]any{"cmd": []string{"sh", "-c", "sleep 1; echo finished; exit 5"}})
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,19 +84,19 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	if out := c.command(keep.ID, "echo still-here"); out.Stdout != "still-here\n" {
 		t.Fatalf("kept sandbox: %+v", out)
 	}
-	if got := decodeData[sandbox](t, c.do("GET", "/sandboxes/"+keep.ID, tokA, nil, nil)); got.Labels["r"] != "keep" || got.CreatedAt != keep.CreatedAt {
+	if got := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+keep.ID, tokA, nil, nil)); got.Labels["r"] != "keep" || got.CreatedAt != keep.CreatedAt {
 		t.Fatalf("record changed across restart: %+v", got)
 	}
-	gone := decodeData[sandbox](t, c.do("GET", "/sandboxes/"+lost.ID, tokA, nil, nil))
+	gone := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+lost.ID, tokA, nil, nil))
 	if gone.Status != "terminated" || gone.TerminationReason == "" {
 		t.Fatalf("sandbox whose container vanished: %+v", gone)
 	}
-	expectErr(t, c.do("GET", "/sandboxes/"+expiring.ID, tokA, nil, nil), 404, "NOT_FOUND")
-	ended := c.waitStatus(tokA, job.ID, "exited", "terminated")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+expiring.ID, tokA, nil, nil), 404, "NOT_FOUND")
+	ended := c.WaitStatus(tokA, job.ID, apitest.WaitTimeout, "exited", "terminated")
 	if ended.Status != "exited" || ended.ExitCode == nil || *ended.ExitCode != 5 {
 		t.Fatalf("job that ended while down: %+v", ended)
 	}
-	if logs := decodeData[struct{ Logs string }](t, c.do("GET", "/sandboxes/"+job.ID+"/logs", tokA, nil, nil)); logs.Logs != "finished\n" {
+	if logs := apitest.DecodeData[struct{ Logs string }](t, c.Do("GET", "/sandboxes/"+job.ID+"/logs", tokA, nil, nil)); logs.Logs != "finished\n" {
 		t.Fatalf("job logs: %q", logs.Logs)
 	}
 	for id, want := range map[string]int{"sbx-orphan": 0, expiring.ID: 0, lost.ID: 0, job.ID: 0, keep.ID: 1} {
@@ -103,7 +104,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 			t.Errorf("%s: %d containers, want %d", id, n, want)
 		}
 	}
-	c.do("DELETE", "/sandboxes/"+keep.ID, tokA, nil, nil)
+	c.Do("DELETE", "/sandboxes/"+keep.ID, tokA, nil, nil)
 }
 
 func removeByLabel(ctx context.Context, rt runtime.Runtime, id string) error {
@@ -129,29 +130,29 @@ func TestTestModeIsMocked(t *testing.T) {
 	}
 	defer b.Close()
 	c := newClient(t, b.URL())
-	r := c.do("POST", "/sandboxes", tokA, map[string]any{"template": "python"}, nil)
-	sb := decodeData[sandbox](t, r)
-	if !r.env.Mocked || sb.Status != "running" {
-		t.Fatalf("test mode create: mocked=%v status=%s", r.env.Mocked, sb.Status)
+	r := c.Do("POST", "/sandboxes", tokA, map[string]any{"template": "python"}, nil)
+	sb := apitest.DecodeData[apitest.Sandbox](t, r)
+	if !r.Env.Mocked || sb.Status != "running" {
+		t.Fatalf("test mode create: mocked=%v status=%s", r.Env.Mocked, sb.Status)
 	}
-	r = c.do("POST", "/sandboxes/"+sb.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "print('really ran')"}, nil)
-	if res := decodeData[execResult](t, r); !r.env.Mocked || res.Stdout != "" || exitCode(t, res) != 0 {
+	r = c.Do("POST", "/sandboxes/"+sb.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "print('really ran')"}, nil)
+	if res := apitest.DecodeData[apitest.ExecResult](t, r); !r.Env.Mocked || res.Stdout != "" || exitCode(t, res) != 0 {
 		t.Fatalf("test mode executed code: %+v", res)
 	}
-	r = c.do("POST", "/sandboxes", tokA, map[string]any{"run": true}, nil)
-	if job := decodeData[sandbox](t, r); job.Status != "exited" || job.ExitCode == nil {
+	r = c.Do("POST", "/sandboxes", tokA, map[string]any{"run": true}, nil)
+	if job := apitest.DecodeData[apitest.Sandbox](t, r); job.Status != "exited" || job.ExitCode == nil {
 		t.Fatalf("test mode run: %+v", job)
 	}
-	if r := c.do("PUT", "/sandboxes/"+sb.ID+"/files", tokA, map[string]any{"path": "/home/user/a", "content": "x"}, nil); !r.env.Mocked || r.status != 200 {
-		t.Fatalf("files: %d", r.status)
+	if r := c.Do("PUT", "/sandboxes/"+sb.ID+"/files", tokA, map[string]any{"path": "/home/user/a", "content": "x"}, nil); !r.Env.Mocked || r.Status != 200 {
+		t.Fatalf("files: %d", r.Status)
 	}
 	// Errors are mocked answers too.
-	r = c.do("GET", "/sandboxes/sbx-none", tokA, nil, nil)
-	expectErr(t, r, 404, "NOT_FOUND")
-	if !r.env.Mocked {
+	r = c.Do("GET", "/sandboxes/sbx-none", tokA, nil, nil)
+	apitest.ExpectErr(t, r, 404, "NOT_FOUND")
+	if !r.Env.Mocked {
 		t.Fatal("error without mocked in test mode")
 	}
-	if r := c.do("GET", "/sandboxes", tokA, nil, nil); !r.env.Mocked {
+	if r := c.Do("GET", "/sandboxes", tokA, nil, nil); !r.Env.Mocked {
 		t.Fatal("list without mocked")
 	}
 }
@@ -178,16 +179,16 @@ func TestNoEngineAnswers503(t *testing.T) {
 		if probe.method == "POST" {
 			body = map[string]any{}
 		}
-		r := c.do(probe.method, probe.path, tokA, body, nil)
-		msg := expectErr(t, r, http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
+		r := c.Do(probe.method, probe.path, tokA, body, nil)
+		msg := apitest.ExpectErr(t, r, http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
 		contains(t, msg, strings.TrimPrefix(sock, "unix://"))
-		if r.header.Get("Retry-After") == "" {
+		if r.Header.Get("Retry-After") == "" {
 			t.Errorf("%s %s: 503 without Retry-After", probe.method, probe.path)
 		}
 	}
-	expectErr(t, c.do("GET", "/health", "", nil, nil), http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
+	apitest.ExpectErr(t, c.Do("GET", "/health", "", nil, nil), http.StatusServiceUnavailable, "SERVICE_UNAVAILABLE")
 	// Auth still comes first.
-	expectErr(t, c.do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
+	apitest.ExpectErr(t, c.Do("GET", "/sandboxes", "", nil, nil), 401, "UNAUTHORIZED")
 }
 
 func TestDevTokenIsCreatedOnce(t *testing.T) {
@@ -215,8 +216,8 @@ func TestDevTokenIsCreatedOnce(t *testing.T) {
 		t.Fatal("dev token changed across restarts, or was reported as new")
 	}
 	c := newClient(t, b.URL())
-	if r := c.do("GET", "/sandboxes", tok, nil, nil); r.status != 200 {
-		t.Fatalf("dev token rejected: %d", r.status)
+	if r := c.Do("GET", "/sandboxes", tok, nil, nil); r.Status != 200 {
+		t.Fatalf("dev token rejected: %d", r.Status)
 	}
 }
 
@@ -230,16 +231,16 @@ func TestSmallDisk(t *testing.T) {
 	}
 	defer b.Close()
 	c := newClient(t, b.URL())
-	id := c.running(tokA, map[string]any{}).ID
+	id := c.Running(tokA, map[string]any{}).ID
 	path := "/sandboxes/" + id + "/files"
 	chunk := strings.Repeat("é", 1_000_000) // 2 MB
-	if r := c.do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": chunk}, nil); r.status != 200 {
-		t.Fatalf("first write: %d %+v", r.status, r.env.Error)
+	if r := c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": chunk}, nil); r.Status != 200 {
+		t.Fatalf("first write: %d %+v", r.Status, r.Env.Error)
 	}
-	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/b", "content": chunk}, nil), 507, "STORAGE_FULL")
+	apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/b", "content": chunk}, nil), 507, "STORAGE_FULL")
 	// A failed write loses nothing: no partial file, the old content intact.
-	expectErr(t, c.do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": strings.Repeat("ü", 999_999)}, nil), 507, "STORAGE_FULL")
-	if got := decodeData[struct{ Content string }](t, c.do("GET", path+"?path=/home/user/a", tokA, nil, nil)); got.Content != chunk {
+	apitest.ExpectErr(t, c.Do("PUT", path, tokA, map[string]any{"path": "/home/user/a", "content": strings.Repeat("ü", 999_999)}, nil), 507, "STORAGE_FULL")
+	if got := apitest.DecodeData[struct{ Content string }](t, c.Do("GET", path+"?path=/home/user/a", tokA, nil, nil)); got.Content != chunk {
 		t.Fatalf("old content damaged by a failed write (%d bytes)", len(got.Content))
 	}
 	if out := c.command(id, "ls -A /home/user"); out.Stdout != "a\n" {
@@ -252,9 +253,9 @@ func TestSmallDisk(t *testing.T) {
 	if out := c.command(id, "head -c 9000000 /dev/zero | tr '\\0' a > /tmp/big && echo ok"); out.Stdout != "ok\n" {
 		t.Fatalf("make big file: %+v", out)
 	}
-	expectErr(t, c.do("GET", path+"?path=/tmp/big", tokA, nil, nil), 413, "FILE_TOO_LARGE")
+	apitest.ExpectErr(t, c.Do("GET", path+"?path=/tmp/big", tokA, nil, nil), 413, "FILE_TOO_LARGE")
 	if out := c.command(id, "echo alive"); out.Stdout != "alive\n" {
 		t.Fatalf("sandbox after full disk: %+v", out)
 	}
-	c.do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+	c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 // answerBound is how long the backend and a bystander sandbox may take to
@@ -24,18 +26,18 @@ func watchBystander(t *testing.T, c *apiClient, victim, bystander, marker string
 			return probes, slowest
 		case <-time.After(200 * time.Millisecond):
 		}
-		r := c.do("POST", "/sandboxes/"+bystander+"/commands", tokA, map[string]any{"cmd": "cat /home/user/marker", "timeoutMs": 20000})
-		if r.status != http.StatusOK || !strings.Contains(string(r.env.Data), marker) {
+		r := c.Do("POST", "/sandboxes/"+bystander+"/commands", tokA, map[string]any{"cmd": "cat /home/user/marker", "timeoutMs": 20000}, nil)
+		if r.Status != http.StatusOK || !strings.Contains(string(r.Env.Data), marker) {
 			t.Errorf("bystander during the abuse: %v", r)
 		}
-		slowest = max(slowest, r.elapsed)
-		g := c.do("GET", "/sandboxes/"+victim, tokA, nil)
-		if g.status != http.StatusOK {
+		slowest = max(slowest, r.Elapsed)
+		g := c.Do("GET", "/sandboxes/"+victim, tokA, nil, nil)
+		if g.Status != http.StatusOK {
 			t.Errorf("backend during the abuse: GET victim %v", g)
 		}
-		slowest = max(slowest, g.elapsed)
-		if r.elapsed > answerBound || g.elapsed > answerBound {
-			t.Errorf("answers during the abuse took %v (bystander) and %v (backend), bound %v", r.elapsed, g.elapsed, answerBound)
+		slowest = max(slowest, g.Elapsed)
+		if r.Elapsed > answerBound || g.Elapsed > answerBound {
+			t.Errorf("answers during the abuse took %v (bystander) and %v (backend), bound %v", r.Elapsed, g.Elapsed, answerBound)
 		}
 		probes++
 	}
@@ -48,7 +50,7 @@ func afterAbuse(t *testing.T, c *apiClient, victim string) string {
 	deadline := time.Now().Add(60 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		sb := c.get(tokA, victim)
+		sb := c.Get(tokA, victim)
 		switch sb.Status {
 		case "terminated":
 			if sb.TerminationReason == "" {
@@ -56,9 +58,9 @@ func afterAbuse(t *testing.T, c *apiClient, victim string) string {
 			}
 			return "terminated: " + sb.TerminationReason
 		case "running":
-			r := c.do("POST", "/sandboxes/"+victim+"/commands", tokA, map[string]any{"cmd": "echo alive; ps -e --no-headers | wc -l", "timeoutMs": 10000})
-			if r.status == http.StatusOK {
-				res := decode[execResult](t, r)
+			r := c.Do("POST", "/sandboxes/"+victim+"/commands", tokA, map[string]any{"cmd": "echo alive; ps -e --no-headers | wc -l", "timeoutMs": 10000}, nil)
+			if r.Status == http.StatusOK {
+				res := apitest.DecodeData[apitest.ExecResult](t, r)
 				if res.ExitCode != nil && *res.ExitCode == 0 && strings.HasPrefix(res.Stdout, "alive\n") {
 					return "still answers; processes: " + strings.TrimSpace(strings.TrimPrefix(res.Stdout, "alive\n"))
 				}
@@ -78,7 +80,7 @@ func afterAbuse(t *testing.T, c *apiClient, victim string) string {
 // checkBystander proves the bystander was untouched: same marker, answers.
 func checkBystander(t *testing.T, c *apiClient, bystander, marker string) {
 	t.Helper()
-	if sb := c.get(tokA, bystander); sb.Status != "running" {
+	if sb := c.Get(tokA, bystander); sb.Status != "running" {
 		t.Fatalf("bystander: %+v", sb)
 	}
 	out := ok(t, "bystander", c.command(bystander, "cat /home/user/marker; echo ok > /home/user/after; cat /home/user/after", 10000))
@@ -89,7 +91,7 @@ func checkBystander(t *testing.T, c *apiClient, bystander, marker string) {
 
 // abuse runs the hostile request in the victim while watching the
 // bystander, and returns the hostile request's answer.
-func abuse(t *testing.T, c *apiClient, victim, bystander, marker, path string, body map[string]any) response {
+func abuse(t *testing.T, c *apiClient, victim, bystander, marker, path string, body map[string]any) apitest.Response {
 	t.Helper()
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -101,7 +103,7 @@ func abuse(t *testing.T, c *apiClient, victim, bystander, marker, path string, b
 		probes, slowest = watchBystander(t, c, victim, bystander, marker, stop)
 	}()
 	t0 := time.Now()
-	r := c.do("POST", "/sandboxes/"+victim+path, tokA, body)
+	r := c.Do("POST", "/sandboxes/"+victim+path, tokA, body, nil)
 	took := time.Since(t0)
 	close(stop)
 	wg.Wait()
@@ -115,10 +117,10 @@ func abuse(t *testing.T, c *apiClient, victim, bystander, marker, path string, b
 
 func setupPair(t *testing.T, c *apiClient, victimBody map[string]any) (victim, bystander, marker string) {
 	t.Helper()
-	boxes := c.running(tokA, victimBody, map[string]any{"template": "base"})
+	boxes := c.RunningAll(tokA, victimBody, map[string]any{"template": "base"})
 	victim, bystander = boxes[0].ID, boxes[1].ID
 	marker = "bystander-" + randomHex(6)
-	if r := c.writeFile(bystander, "/home/user/marker", marker+"\n"); r.status != http.StatusOK {
+	if r := c.writeFile(bystander, "/home/user/marker", marker+"\n"); r.Status != http.StatusOK {
 		t.Fatalf("write marker: %v", r)
 	}
 	return victim, bystander, marker
@@ -137,8 +139,8 @@ func TestForkBombContained(t *testing.T) {
 	bomb := `timeout -s KILL 8 sh -c 'b() { b | b & }; b; sleep 30'; echo "bomb-exit:$?"`
 	r := abuse(t, c, victim, bystander, marker, "/commands", map[string]any{"cmd": bomb, "timeoutMs": 30000})
 	switch {
-	case r.status == http.StatusOK:
-		res := decode[execResult](t, r)
+	case r.Status == http.StatusOK:
+		res := apitest.DecodeData[apitest.ExecResult](t, r)
 		if !strings.Contains(res.Stdout, "bomb-exit:137") {
 			t.Errorf("the bomb did not run to its timeout: %v", res)
 		}
@@ -148,14 +150,14 @@ func TestForkBombContained(t *testing.T) {
 			t.Errorf("no failed fork reported; the bomb never reached the limit: %v", res)
 		}
 		t.Logf("failed forks reported: %d", forks)
-	case r.status == http.StatusConflict && r.errCode() == "SANDBOX_NOT_RUNNING":
+	case r.Status == http.StatusConflict && r.ErrCode() == "SANDBOX_NOT_RUNNING":
 		t.Logf("the victim died under the bomb: %v", r)
 	default:
 		t.Fatalf("bomb: unexpected answer %v", r)
 	}
 	outcome := afterAbuse(t, c, victim)
 	t.Logf("victim after the bomb: %s", outcome)
-	if r.status != http.StatusOK && !strings.HasPrefix(outcome, "terminated: ") {
+	if r.Status != http.StatusOK && !strings.HasPrefix(outcome, "terminated: ") {
 		t.Errorf("the bomb's request failed, yet the victim is not terminated: %s", outcome)
 	}
 	checkBystander(t, c, bystander, marker)
@@ -184,21 +186,21 @@ print("allocated-all", flush=True)
 `
 	r := abuse(t, c, victim, bystander, marker, "/run_code", map[string]any{"language": "python", "code": hog, "timeoutMs": 90000})
 	switch {
-	case r.status == http.StatusOK:
-		res := decode[execResult](t, r)
+	case r.Status == http.StatusOK:
+		res := apitest.DecodeData[apitest.ExecResult](t, r)
 		if strings.Contains(res.Stdout, "allocated-all") || res.ExitCode == nil || *res.ExitCode == 0 {
 			t.Fatalf("the hog got 3 GiB in a 1 GiB sandbox: %v", res)
 		}
 		lines := strings.Fields(res.Stdout)
 		t.Logf("hog stopped: %v (last figure %v MiB)", fmt.Sprint(*res.ExitCode), lines[max(len(lines)-1, 0):])
-	case r.status == http.StatusConflict && r.errCode() == "SANDBOX_NOT_RUNNING":
+	case r.Status == http.StatusConflict && r.ErrCode() == "SANDBOX_NOT_RUNNING":
 		t.Logf("hog's sandbox died under it: %v", r)
 	default:
 		t.Fatalf("hog: unexpected answer %v", r)
 	}
 	outcome := afterAbuse(t, c, victim)
 	t.Logf("victim after the hog: %s", outcome)
-	if r.status != http.StatusOK && !strings.HasPrefix(outcome, "terminated: ") {
+	if r.Status != http.StatusOK && !strings.HasPrefix(outcome, "terminated: ") {
 		t.Errorf("the hog's request failed, yet the victim is not terminated: %s", outcome)
 	}
 	checkBystander(t, c, bystander, marker)

@@ -75,7 +75,7 @@ type secretScan struct {
 func TestNoCredentialsInside(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
-	sb := c.running(tokA, map[string]any{"template": "python", "env": map[string]string{"MY_SETTING": "visible-" + canary[len(canary)-4:]}})[0].ID
+	sb := c.Running(tokA, map[string]any{"template": "python", "env": map[string]string{"MY_SETTING": "visible-" + canary[len(canary)-4:]}}).ID
 	engineSock := strings.TrimPrefix(engineHost(), "unix://")
 	needles := []string{tokA, tokB, canary, sharedDir, engineSock, "/run/rarecloud", "/var/lib/rarecloud"}
 
@@ -126,7 +126,7 @@ func TestNoCredentialsInside(t *testing.T) {
 	t.Run("files and processes", func(t *testing.T) {
 		// Control: a token planted in the sandbox is found where it is.
 		planted := "/home/user/.config/planted.txt"
-		if r := c.writeFile(sb, planted, "token="+tokB+"\n"); r.status != http.StatusOK {
+		if r := c.writeFile(sb, planted, "token="+tokB+"\n"); r.Status != http.StatusOK {
 			t.Fatalf("plant: %v", r)
 		}
 		list, err := json.Marshal(needles)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -23,16 +24,16 @@ func TestEngineCrashDuringCommand(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	c := newClient(t, b.URL())
-	sb := c.running(tokA, map[string]any{"template": "base"})[0]
-	inflight := make(chan response, 1)
+	sb := c.Running(tokA, map[string]any{"template": "base"})
+	inflight := make(chan apitest.Response, 1)
 	go func() {
-		inflight <- c.do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "sleep 60", "timeoutMs": 90000})
+		inflight <- c.Do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "sleep 60", "timeoutMs": 90000}, nil)
 	}()
 	time.Sleep(500 * time.Millisecond)
 	e.crash(t)
 	select {
 	case r := <-inflight:
-		if r.status != http.StatusServiceUnavailable || r.errCode() != "SERVICE_UNAVAILABLE" {
+		if r.Status != http.StatusServiceUnavailable || r.ErrCode() != "SERVICE_UNAVAILABLE" {
 			t.Fatalf("command in flight during the crash: %v, want 503 SERVICE_UNAVAILABLE", r)
 		}
 	case <-time.After(30 * time.Second):

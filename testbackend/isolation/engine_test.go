@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -348,16 +349,16 @@ func TestEngineRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	c := newClient(t, b.URL())
-	sb := c.running(tokA, map[string]any{"template": "base", "labels": map[string]string{"test": "engine-restart"}})[0]
+	sb := c.Running(tokA, map[string]any{"template": "base", "labels": map[string]string{"test": "engine-restart"}})
 	if out := ok(t, "before", c.command(sb.ID, "echo before", 10000)); out != "before\n" {
 		t.Fatalf("before the crash: %q", out)
 	}
 
 	// A command in flight when the engine goes answers at once, with an
 	// error. (Which one: see TestEngineCrashDuringCommand.)
-	inflight := make(chan response, 1)
+	inflight := make(chan apitest.Response, 1)
 	go func() {
-		inflight <- c.do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "sleep 60", "timeoutMs": 90000})
+		inflight <- c.Do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "sleep 60", "timeoutMs": 90000}, nil)
 	}()
 	time.Sleep(500 * time.Millisecond)
 
@@ -367,7 +368,7 @@ func TestEngineRestart(t *testing.T) {
 
 	select {
 	case r := <-inflight:
-		if r.status < 500 || r.env.OK || r.errCode() == "" {
+		if r.Status < 500 || r.Env.OK || r.ErrCode() == "" {
 			t.Errorf("command in flight during the crash: %v, want a 5xx error", r)
 		}
 		t.Logf("command in flight answered %v after the crash: %v", time.Since(crashed).Round(time.Millisecond), r)
@@ -388,16 +389,16 @@ func TestEngineRestart(t *testing.T) {
 		{"POST", "/sandboxes", tokA, map[string]any{"template": "base"}},
 	}
 	for _, d := range down {
-		r := c.do(d.method, d.path, d.token, d.body)
-		if r.status != http.StatusServiceUnavailable || r.errCode() != "SERVICE_UNAVAILABLE" {
+		r := c.Do(d.method, d.path, d.token, d.body, nil)
+		if r.Status != http.StatusServiceUnavailable || r.ErrCode() != "SERVICE_UNAVAILABLE" {
 			t.Errorf("%s %s with the engine away: %v, want 503 SERVICE_UNAVAILABLE", d.method, d.path, r)
 			continue
 		}
-		if !strings.Contains(r.env.Error.Message, engineSock) || r.header.Get("Retry-After") == "" {
-			t.Errorf("%s %s: 503 without the engine address or Retry-After: %v %v", d.method, d.path, r, r.header)
+		if !strings.Contains(r.Env.Error.Message, engineSock) || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without the engine address or Retry-After: %v %v", d.method, d.path, r, r.Header)
 		}
-		if r.elapsed > 5*time.Second {
-			t.Errorf("%s %s: 503 took %v", d.method, d.path, r.elapsed)
+		if r.Elapsed > 5*time.Second {
+			t.Errorf("%s %s: 503 took %v", d.method, d.path, r.Elapsed)
 		}
 	}
 
@@ -426,20 +427,20 @@ func TestEngineRestart(t *testing.T) {
 	}
 	t.Logf("the backend removed the dead container %v after the engine came back", time.Since(restarted).Round(time.Millisecond))
 
-	got := c.get(tokA, sb.ID)
+	got := c.Get(tokA, sb.ID)
 	if got.Status != "terminated" || got.TerminationReason == "" {
 		t.Fatalf("sandbox whose container went with the engine: %+v, want terminated with a reason", got)
 	}
 	t.Logf("old sandbox: %s (%s)", got.Status, got.TerminationReason)
-	wantErr(t, c.do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "echo x"}), http.StatusConflict, "SANDBOX_NOT_RUNNING")
-	if r := c.do("GET", "/health", "", nil); r.status != http.StatusOK {
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "echo x"}, nil), http.StatusConflict, "SANDBOX_NOT_RUNNING")
+	if r := c.Do("GET", "/health", "", nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("health after the engine came back: %v", r)
 	}
-	fresh := c.running(tokA, map[string]any{"template": "base"})[0]
+	fresh := c.Running(tokA, map[string]any{"template": "base"})
 	if out := ok(t, "after", c.command(fresh.ID, "echo after", 10000)); out != "after\n" {
 		t.Fatalf("new sandbox: %q", out)
 	}
-	list := decode[[]sandboxView](t, c.do("GET", "/sandboxes", tokA, nil))
+	list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokA, nil, nil))
 	if len(list) != 2 {
 		t.Fatalf("list after recovery: %+v", list)
 	}

@@ -234,7 +234,7 @@ func TestEgress(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
 	f := newFakeNet(t)
-	sb := c.running(tokA, map[string]any{"template": "python"})[0].ID
+	sb := c.Running(tokA, map[string]any{"template": "python"}).ID
 	ip := sandboxIP(t, c, sb)
 
 	// Control: the host reaches the server on all three addresses.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 // TestLockdown: uid 10001, no capabilities, no new privileges, a read-only
@@ -13,7 +15,7 @@ import (
 func TestLockdown(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
-	boxes := c.running(tokA, map[string]any{"template": "base"}, map[string]any{"template": "base"})
+	boxes := c.RunningAll(tokA, map[string]any{"template": "base"}, map[string]any{"template": "base"})
 	a, b := boxes[0].ID, boxes[1].ID
 
 	t.Run("identity and privileges", func(t *testing.T) {
@@ -67,7 +69,7 @@ func TestLockdown(t *testing.T) {
 		}
 		// Through the API: the file route runs as the sandbox user too.
 		for _, p := range []string{"/etc/probe", "/usr/local/bin/probe", "/var/tmp/probe"} {
-			wantErr(t, c.writeFile(a, p, "x"), http.StatusForbidden, "PERMISSION_DENIED")
+			apitest.ExpectErr(t, c.writeFile(a, p, "x"), http.StatusForbidden, "PERMISSION_DENIED")
 		}
 	})
 
@@ -89,8 +91,8 @@ func TestLockdown(t *testing.T) {
 			}
 		}
 		// Full: the file route says so; the sandbox still answers.
-		wantErr(t, c.writeFile(a, "/home/user/more.txt", strings.Repeat("y", 100000)), http.StatusInsufficientStorage, "STORAGE_FULL")
-		wantErr(t, c.writeFile(a, "/tmp/more.txt", strings.Repeat("y", 100000)), http.StatusInsufficientStorage, "STORAGE_FULL")
+		apitest.ExpectErr(t, c.writeFile(a, "/home/user/more.txt", strings.Repeat("y", 100000)), http.StatusInsufficientStorage, "STORAGE_FULL")
+		apitest.ExpectErr(t, c.writeFile(a, "/tmp/more.txt", strings.Repeat("y", 100000)), http.StatusInsufficientStorage, "STORAGE_FULL")
 		if out := ok(t, "full sandbox", c.command(a, "echo alive", 10000)); out != "alive\n" {
 			t.Fatalf("full sandbox: %q", out)
 		}
@@ -105,15 +107,15 @@ func TestLockdown(t *testing.T) {
 			t.Fatalf("other sandbox wrote %q", out)
 		}
 		content := strings.Repeat("héllo ", 1000)
-		if r := c.writeFile(b, "/home/user/dir/note.txt", content); r.status != http.StatusOK {
+		if r := c.writeFile(b, "/home/user/dir/note.txt", content); r.Status != http.StatusOK {
 			t.Fatalf("other sandbox: file write %v", r)
 		}
-		got := decode[struct{ Content string }](t, c.do("GET", "/sandboxes/"+b+"/files?path=/home/user/dir/note.txt", tokA, nil))
+		got := apitest.DecodeData[struct{ Content string }](t, c.Do("GET", "/sandboxes/"+b+"/files?path=/home/user/dir/note.txt", tokA, nil, nil))
 		if got.Content != content {
 			t.Fatalf("other sandbox: read back %d bytes, wrote %d", len(got.Content), len(content))
 		}
 		// And the backend answers on.
-		list := decode[[]sandboxView](t, c.do("GET", "/sandboxes", tokA, nil))
+		list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokA, nil, nil))
 		found := 0
 		for _, sb := range list {
 			if (sb.ID == a || sb.ID == b) && sb.Status == "running" {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
 // scanScript looks, from inside a sandbox, for a marker in file names and
@@ -74,14 +76,14 @@ func scan(t *testing.T, c *apiClient, id, marker string) scanResult {
 func TestNeighbours(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
-	boxes := c.running(tokA, map[string]any{"template": "python"}, map[string]any{"template": "python"})
+	boxes := c.RunningAll(tokA, map[string]any{"template": "python"}, map[string]any{"template": "python"})
 	a, b := boxes[0].ID, boxes[1].ID
 	marker := "neighbour-marker-" + randomHex(8)
 	const port = 8765
 
 	// A: a file in each writable area and a process whose command line
 	// carries the marker (the listener).
-	if r := c.writeFile(a, "/home/user/"+marker+".txt", marker); r.status != 200 {
+	if r := c.writeFile(a, "/home/user/"+marker+".txt", marker); r.Status != 200 {
 		t.Fatalf("write: %v", r)
 	}
 	ok(t, "tmp marker", c.command(a, "echo "+marker+" > /tmp/secret && echo "+marker+" > /dev/shm/secret", 10000))
@@ -121,8 +123,8 @@ func TestNeighbours(t *testing.T) {
 			t.Errorf("B sees %d processes, A (which runs a listener more) %d", inB.Procs, inA.Procs)
 		}
 		// The file route of B answers for B's file system only.
-		r := c.do("GET", "/sandboxes/"+b+"/files?path="+url.QueryEscape("/home/user/"+marker+".txt"), tokA, nil)
-		wantErr(t, r, 404, "FILE_NOT_FOUND")
+		r := c.Do("GET", "/sandboxes/"+b+"/files?path="+url.QueryEscape("/home/user/"+marker+".txt"), tokA, nil, nil)
+		apitest.ExpectErr(t, r, 404, "FILE_NOT_FOUND")
 	})
 
 	t.Run("sandbox to sandbox", func(t *testing.T) {

@@ -57,7 +57,7 @@ while True:
 // startListener runs listenScript in the background in a sandbox.
 func startListener(t *testing.T, c *apiClient, id string, port int, tag string) {
 	t.Helper()
-	if r := c.writeFile(id, "/tmp/listen.py", listenScript); r.status != http.StatusOK {
+	if r := c.writeFile(id, "/tmp/listen.py", listenScript); r.Status != http.StatusOK {
 		t.Fatalf("write listener: %v", r)
 	}
 	cmd := fmt.Sprintf(`nohup python3 /tmp/listen.py %d %s >/tmp/listen.out 2>&1 &

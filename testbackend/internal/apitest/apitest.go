@@ -1,0 +1,407 @@
+// Package apitest is the API test harness shared by the api and isolation
+// test suites: a client that sends requests to a backend and validates every
+// answer against openapi.yaml, the envelope and its decoding, the sandbox
+// helpers, and starting a backend on a free loopback port.
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+)
+
+// WaitTimeout is how long Running waits for a sandbox to run.
+const WaitTimeout = 90 * time.Second
+
+// StartBackend starts a backend listening on a free loopback port with its
+// data in dir; Pull is "never" unless cfg sets it. With checkEngine, a
+// missing container engine is an error (tests fail loudly, never skip), and
+// the errors say to run `make setup`.
+func StartBackend(dir string, cfg testbackend.Config, checkEngine bool) (*testbackend.Backend, error) {
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = dir
+	if cfg.Pull == "" {
+		cfg.Pull = "never"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := testbackend.New(ctx, cfg)
+	if err != nil {
+		if checkEngine {
+			return nil, fmt.Errorf("%w (run `make setup` first)", err)
+		}
+		return nil, err
+	}
+	if checkEngine {
+		if err := b.Manager().EngineAvailable(ctx); err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("%v (run `make setup` first)", err)
+		}
+	}
+	return b, nil
+}
+
+// DeleteAll deletes the sandboxes of tokens on the backend at base; it is
+// for cleanup and reports nothing. timeout bounds each request (0: none).
+func DeleteAll(base string, timeout time.Duration, tokens ...string) {
+	c := &Client{Base: base, HTTP: &http.Client{Timeout: timeout}}
+	for _, tok := range tokens {
+		st, env := c.Raw("GET", "/sandboxes", tok, nil, nil)
+		if st != http.StatusOK {
+			continue
+		}
+		var list []Sandbox
+		_ = json.Unmarshal(env.Data, &list)
+		for _, sb := range list {
+			c.Raw("DELETE", "/sandboxes/"+sb.ID, tok, nil, nil)
+		}
+	}
+}
+
+var (
+	specOnce   sync.Once
+	specRouter routers.Router
+	specDoc    *openapi3.T
+	specErr    error
+)
+
+func loadSpec() (*openapi3.T, routers.Router, error) {
+	specOnce.Do(func() {
+		specDoc, specErr = openapi3.NewLoader().LoadFromData(api.OpenAPI)
+		if specErr != nil {
+			return
+		}
+		if specErr = specDoc.Validate(context.Background()); specErr != nil {
+			return
+		}
+		// Any host: the backend listens on a random port.
+		specDoc.Servers = openapi3.Servers{{URL: "/v1"}}
+		specRouter, specErr = legacy.NewRouter(specDoc)
+	})
+	return specDoc, specRouter, specErr
+}
+
+// Validate checks an answer against openapi.yaml. An answer to a request
+// the description has no route for must still be the error envelope.
+func Validate(req *http.Request, resp *http.Response, body []byte) error {
+	doc, router, err := loadSpec()
+	if err != nil {
+		return fmt.Errorf("openapi.yaml: %w", err)
+	}
+	vreq := req.Clone(context.Background())
+	vreq.URL = &url.URL{Path: req.URL.Path, RawQuery: req.URL.RawQuery}
+	vreq.Host = ""
+	route, params, err := router.FindRoute(vreq)
+	if err != nil {
+		var v any
+		if jerr := json.Unmarshal(body, &v); jerr != nil {
+			return fmt.Errorf("not JSON: %w", jerr)
+		}
+		if verr := doc.Components.Schemas["ErrorEnvelope"].Value.VisitJSON(v); verr != nil {
+			return fmt.Errorf("answer is not the error envelope: %w", verr)
+		}
+		return nil
+	}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: vreq, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status:  resp.StatusCode,
+		Header:  resp.Header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	input.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
+		return fmt.Errorf("answer does not match openapi.yaml: %w", err)
+	}
+	return nil
+}
+
+// Truncate shortens b to n bytes for a message.
+func Truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// Envelope is every answer's body.
+type Envelope struct {
+	OK     bool            `json:"ok"`
+	Mocked bool            `json:"mocked"`
+	Data   json.RawMessage `json:"data"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Response is an answer as the tests see it.
+type Response struct {
+	Status  int
+	Header  http.Header
+	Env     Envelope
+	Elapsed time.Duration
+}
+
+// ErrCode is the error code of an error answer, else "".
+func (r Response) ErrCode() string {
+	if r.Env.Error == nil {
+		return ""
+	}
+	return r.Env.Error.Code
+}
+
+func (r Response) String() string {
+	if r.Env.Error != nil {
+		return fmt.Sprintf("%d %s: %s", r.Status, r.Env.Error.Code, r.Env.Error.Message)
+	}
+	return fmt.Sprintf("%d %s", r.Status, Truncate(r.Env.Data, 300))
+}
+
+// Sandbox is the part of the sandbox object tests look at.
+type Sandbox struct {
+	ID                string            `json:"id"`
+	Status            string            `json:"status"`
+	Template          string            `json:"template"`
+	Image             string            `json:"image"`
+	CreatedAt         string            `json:"createdAt"`
+	ExpiresAt         string            `json:"expiresAt"`
+	TimeoutMs         int64             `json:"timeoutMs"`
+	RunMode           bool              `json:"runMode"`
+	Labels            map[string]string `json:"labels"`
+	EnvKeys           []string          `json:"envKeys"`
+	ExitCode          *int              `json:"exitCode"`
+	TerminationReason string            `json:"terminationReason"`
+}
+
+// ExecResult is the answer to a command or run_code.
+type ExecResult struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        *int   `json:"exitCode"`
+	TimedOut        bool   `json:"timedOut"`
+	StdoutTruncated bool   `json:"stdoutTruncated"`
+	DurationMs      int64  `json:"durationMs"`
+}
+
+func (r ExecResult) String() string {
+	code := "null"
+	if r.ExitCode != nil {
+		code = fmt.Sprint(*r.ExitCode)
+	}
+	return fmt.Sprintf("exit %s timedOut=%v stdout %q stderr %q", code, r.TimedOut, Truncate([]byte(r.Stdout), 1500), Truncate([]byte(r.Stderr), 1500))
+}
+
+// DecodeData asserts an ok answer and decodes its data.
+func DecodeData[T any](t *testing.T, r Response) T {
+	t.Helper()
+	var v T
+	if !r.Env.OK {
+		t.Fatalf("want ok, got %v", r)
+	}
+	if err := json.Unmarshal(r.Env.Data, &v); err != nil {
+		t.Fatalf("decode data: %v\n%s", err, r.Env.Data)
+	}
+	return v
+}
+
+// ExpectErr asserts an error answer's status and code, and returns its
+// message.
+func ExpectErr(t *testing.T, r Response, status int, code string) string {
+	t.Helper()
+	if r.Status != status || r.Env.OK || r.ErrCode() != code || r.Env.Error == nil {
+		t.Fatalf("want %d %s, got %v (ok=%v)", status, code, r, r.Env.OK)
+	}
+	return r.Env.Error.Message
+}
+
+// Client talks to one backend for one test.
+type Client struct {
+	T    *testing.T
+	Base string
+	HTTP *http.Client
+	// Continue makes Do report a failed request or an answer that does not
+	// match openapi.yaml with Errorf and go on, so that Do may be called
+	// from other goroutines; otherwise it fails the test at once.
+	Continue bool
+}
+
+// NewClient is a client for the backend at base; Do fails t at once.
+func NewClient(t *testing.T, base string) *Client {
+	return &Client{T: t, Base: base, HTTP: &http.Client{Timeout: 3 * time.Minute}}
+}
+
+func (c *Client) fail(format string, args ...any) {
+	c.T.Helper()
+	if c.Continue {
+		c.T.Errorf(format, args...)
+		return
+	}
+	c.T.Fatalf(format, args...)
+}
+
+// Do sends a request and validates the answer against openapi.yaml; an
+// answer the description does not allow fails the test. body is sent as is
+// when it is a []byte or a string, else as JSON; hdr adds headers.
+func (c *Client) Do(method, path, token string, body any, hdr map[string]string) Response {
+	c.T.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		raw = b
+	case string:
+		raw = []byte(b)
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			c.T.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(method, c.Base+path, bytes.NewReader(raw))
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	start := time.Now()
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		c.fail("%s %s: %v", method, path, err)
+		return Response{Elapsed: time.Since(start)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	elapsed := time.Since(start)
+	if err != nil {
+		c.fail("%s %s: reading the answer: %v", method, path, err)
+		return Response{Status: resp.StatusCode, Elapsed: elapsed}
+	}
+	if verr := Validate(req, resp, data); verr != nil {
+		c.fail("%s %s: %v\n%s", method, path, verr, Truncate(data, 2000))
+	}
+	var env Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		c.fail("%s %s: answer is not JSON: %v\n%s", method, path, err, Truncate(data, 2000))
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Env: env, Elapsed: elapsed}
+}
+
+// Raw is Do without validation or a test, for cleanup.
+func (c *Client) Raw(method, path, token string, body any, hdr map[string]string) (int, Envelope) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.Base+path, rd)
+	if err != nil {
+		return 0, Envelope{}
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, Envelope{}
+	}
+	defer resp.Body.Close()
+	var env Envelope
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	return resp.StatusCode, env
+}
+
+// Create makes a sandbox and registers its deletion.
+func (c *Client) Create(token string, body map[string]any) Sandbox {
+	c.T.Helper()
+	r := c.Do("POST", "/sandboxes", token, body, nil)
+	if r.Status != http.StatusCreated {
+		c.T.Fatalf("create %v: want 201, got %v", body, r)
+	}
+	sb := DecodeData[Sandbox](c.T, r)
+	c.T.Cleanup(func() { c.Raw("DELETE", "/sandboxes/"+sb.ID, token, nil, nil) })
+	return sb
+}
+
+// Get reads a sandbox.
+func (c *Client) Get(token, id string) Sandbox {
+	c.T.Helper()
+	return DecodeData[Sandbox](c.T, c.Do("GET", "/sandboxes/"+id, token, nil, nil))
+}
+
+// WaitStatus waits, with backoff, until the sandbox reaches one of want;
+// the deadline fails the test.
+func (c *Client) WaitStatus(token, id string, timeout time.Duration, want ...string) Sandbox {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := 20 * time.Millisecond
+	for {
+		sb := c.Get(token, id)
+		for _, w := range want {
+			if sb.Status == w {
+				return sb
+			}
+		}
+		if time.Now().After(deadline) {
+			c.T.Fatalf("sandbox %s: status %s after %v, want %v (reason %q)", id, sb.Status, timeout, want, sb.TerminationReason)
+		}
+		time.Sleep(wait)
+		wait = min(wait*2, 500*time.Millisecond)
+	}
+}
+
+// Running creates a sandbox and waits until it runs.
+func (c *Client) Running(token string, body map[string]any) Sandbox {
+	c.T.Helper()
+	return c.RunningAll(token, body)[0]
+}
+
+// RunningAll creates the sandboxes of bodies at once and waits until each
+// runs.
+func (c *Client) RunningAll(token string, bodies ...map[string]any) []Sandbox {
+	c.T.Helper()
+	out := make([]Sandbox, len(bodies))
+	for i, b := range bodies {
+		out[i] = c.Create(token, b)
+	}
+	for i := range out {
+		out[i] = c.WaitStatus(token, out[i].ID, WaitTimeout, "running")
+	}
+	return out
+}
+
+// Command runs a shell command in a sandbox; the answer must be ok.
+// timeoutMs 0 leaves the command's timeout to the backend.
+func (c *Client) Command(token, id, cmd string, timeoutMs int) ExecResult {
+	c.T.Helper()
+	body := map[string]any{"cmd": cmd}
+	if timeoutMs != 0 {
+		body["timeoutMs"] = timeoutMs
+	}
+	return DecodeData[ExecResult](c.T, c.Do("POST", "/sandboxes/"+id+"/commands", token, body, nil))
+}
