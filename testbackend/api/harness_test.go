@@ -35,6 +35,7 @@ var (
 	sharedOnce sync.Once
 	shared     *testbackend.Backend
 	sharedErr  error
+	sharedDir  string // the shared backend's data, removed in TestMain
 )
 
 // realBackend is one backend on the real engine shared by the package's
@@ -47,6 +48,7 @@ func realBackend(t *testing.T) *client {
 			sharedErr = err
 			return
 		}
+		sharedDir = dir
 		shared, sharedErr = startBackend(dir, testbackend.Config{})
 	})
 	if sharedErr != nil {
@@ -73,6 +75,9 @@ func TestMain(m *testing.M) {
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), 0, tokA, tokB)
 		shared.Close()
+	}
+	if sharedDir != "" {
+		os.RemoveAll(sharedDir)
 	}
 	os.Exit(code)
 }
