@@ -1,0 +1,105 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSandboxRecordsRoundTrip(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := 3
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	in := &Sandbox{ID: "sbx-a", Account: "acct", Status: "exited", CreatedAt: now, ExitCode: &code, EndedAt: &now, Env: map[string]string{"K": "ü"}, Labels: map[string]string{"a": "b"}, IdempotencyKey: "k"}
+	if err := s.PutSandbox(in); err != nil {
+		t.Fatal(err)
+	}
+	in.Status = "terminated" // a second write replaces the first
+	if err := s.PutSandbox(in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sandboxes()
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%d records, %v", len(got), err)
+	}
+	if g := got[0]; g.Status != "terminated" || *g.ExitCode != 3 || !g.CreatedAt.Equal(now) || g.Env["K"] != "ü" || g.IdempotencyKey != "k" {
+		t.Fatalf("read back %+v", g)
+	}
+	// No temporary files are left behind.
+	entries, _ := os.ReadDir(filepath.Join(s.Dir(), sandboxDir))
+	if len(entries) != 1 {
+		t.Fatalf("files: %v", entries)
+	}
+	if err := s.DeleteSandbox("sbx-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox("sbx-a"); err != nil {
+		t.Fatalf("deleting a missing record: %v", err)
+	}
+	if got, _ := s.Sandboxes(); len(got) != 0 {
+		t.Fatalf("left: %+v", got)
+	}
+}
+
+func TestBadIDsAreRefused(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"", "../escape", "a/b", ".", "..", "x\x00y", strings.Repeat("x", 200)} {
+		if err := s.PutSandbox(&Sandbox{ID: id}); err == nil {
+			t.Errorf("id %q accepted", id)
+		}
+	}
+}
+
+// A record that does not decode is an error, not a silent skip: losing a
+// record would leak its container.
+func TestCorruptRecordIsReported(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir(), sandboxDir, "sbx-bad.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sandboxes(); err == nil || !strings.Contains(err.Error(), "sbx-bad.json") {
+		t.Fatalf("corrupt record: %v", err)
+	}
+}
+
+func TestIdempotencyKeysAreHashedIntoFileNames(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Idempotency{
+		{Account: "a", Key: "../../etc/passwd", RequestHash: "h1"},
+		{Account: "b", Key: "../../etc/passwd", RequestHash: "h2"},
+	} {
+		if err := s.PutIdempotency(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Idempotencies()
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%d keys (per account), %v", len(got), err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.Dir(), idempotencyDir))
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "passwd") || len(e.Name()) != 64+len(".json") {
+			t.Errorf("file name %q is not a hash", e.Name())
+		}
+	}
+	if err := s.DeleteIdempotency("a", "../../etc/passwd"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Idempotencies(); len(got) != 1 || got[0].Account != "b" {
+		t.Fatalf("after delete: %+v", got)
+	}
+}
