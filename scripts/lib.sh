@@ -56,9 +56,20 @@ rc_dockerd_pid() {
 	pid=$(<"$RC_PIDFILE") || return 1
 	pid=${pid//[^0-9]/}
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	rc_alive "$pid" || return 1
 	comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
 	[[ $comm == dockerd ]] || return 1
 	printf '%s\n' "$pid"
+}
+
+# rc_alive succeeds when the process exists and is not a zombie. PID 1 on
+# these machines reaps late, so a killed daemon can linger as a zombie that
+# still has its /proc entry (and its name) for a while.
+rc_alive() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat:0:1} != Z ]]
 }
 
 # rc_engine_answers succeeds when our socket answers with the runsc runtime

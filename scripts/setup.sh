@@ -136,16 +136,34 @@ stop_dockerd() {
 	log "stopping dockerd (pid $pid)"
 	kill -TERM "$pid" 2>/dev/null || true
 	local deadline=$((SECONDS + 90))
-	while [[ -d /proc/$pid ]] && ((SECONDS < deadline)); do sleep 0.2; done
-	if [[ -d /proc/$pid ]]; then
+	while rc_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
+	if rc_alive "$pid"; then
 		log "dockerd did not stop within 90s; killing it"
 		kill -KILL "$pid" 2>/dev/null || true
-		while [[ -d /proc/$pid ]]; do sleep 0.1; done
+		while rc_alive "$pid"; do sleep 0.1; done
 	fi
+}
+
+# clear_stale_pidfiles removes the pid files of a dockerd or containerd
+# that is gone (or lingers as a zombie): left behind, they make the next
+# dockerd believe the old one still runs, and it refuses to start or waits
+# for a containerd that never answers.
+clear_stale_pidfiles() {
+	local f pid
+	for f in "$RC_PIDFILE" "$RC_EXEC_ROOT/containerd/containerd.pid"; do
+		[[ -f $f ]] || continue
+		pid=$(<"$f") || continue
+		pid=${pid//[^0-9]/}
+		if [[ -z $pid ]] || ! rc_alive "$pid"; then
+			log "removing stale pid file $f"
+			rm -f "$f"
+		fi
+	done
 }
 
 start_dockerd() {
 	mkdir -p "$RC_RUN" "$RC_DATA_ROOT" "$RC_EXEC_ROOT" "$RC_LOGDIR"
+	clear_stale_pidfiles
 	log "starting dockerd on $RC_DOCKER_HOST (log $RC_DOCKERD_LOG)"
 	printf '\n==== %s setup.sh starting dockerd\n' "$(date -u +%FT%TZ)" >>"$RC_DOCKERD_LOG"
 	# Fully detached: own session, no controlling terminal, stdin from
@@ -476,7 +494,8 @@ dnsmasq_pid() {
 	[[ -r $RC_DNSMASQ_PID ]] || return 1
 	pid=$(<"$RC_DNSMASQ_PID") || return 1
 	pid=${pid//[^0-9]/}
-	[[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == dnsmasq ]] || return 1
+	[[ -n $pid ]] && rc_alive "$pid" || return 1
+	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == dnsmasq ]] || return 1
 	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "--conf-file=$RC_DNSMASQ_CONF" || return 1
 	printf '%s\n' "$pid"
 }

@@ -37,11 +37,11 @@ if pid=$(rc_dockerd_pid); then
 	# dockerd stops its containers (up to its shutdown timeout) and its
 	# supervised containerd before it exits.
 	deadline=$((SECONDS + 90))
-	while [[ -d /proc/$pid ]] && ((SECONDS < deadline)); do sleep 0.2; done
-	if [[ -d /proc/$pid ]]; then
+	while rc_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
+	if rc_alive "$pid"; then
 		log "dockerd still running after 90s: SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
-		while [[ -d /proc/$pid ]]; do sleep 0.1; done
+		while rc_alive "$pid"; do sleep 0.1; done
 	fi
 	did+=("dockerd stopped")
 else
