@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -256,23 +255,7 @@ func TestSandboxResolvesNames(t *testing.T) {
 
 	// The accept is for port 53 of the gateway only: another port of the
 	// host stays refused, fast.
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
-		}
-	}()
-	addr, ok := ln.Addr().(*net.TCPAddr)
-	if !ok {
-		t.Fatalf("listener address %v is not TCP", ln.Addr())
-	}
-	port := addr.Port
+	port, accepted := hostListener(t)
 	res = exec(t, d, id, ExecRequest{
 		Cmd:     []string{"python3", "-c", "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print('CONNECTED')", dns, fmt.Sprint(port)},
 		Timeout: 10 * time.Second,

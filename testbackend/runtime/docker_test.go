@@ -599,23 +599,7 @@ func TestNetworkNone(t *testing.T) {
 func TestSandboxCannotReachHost(t *testing.T) {
 	t.Parallel()
 	d := requireEngine(t, DockerOptions{})
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
-		}
-	}()
-	addr, ok := ln.Addr().(*net.TCPAddr)
-	if !ok {
-		t.Fatalf("listener address %v is not TCP", ln.Addr())
-	}
-	port := addr.Port
+	port, accepted := hostListener(t)
 	id := start(t, d, testSpec(t))
 
 	res := exec(t, d, id, ExecRequest{
@@ -680,4 +664,27 @@ func stats(ds []time.Duration) string {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return fmt.Sprintf("min %v median %v max %v (n=%d)", s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond),
 		s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+// hostListener listens on every host address and reports, on accepted,
+// any connection it takes: a test that expects none checks it stays empty.
+func hostListener(t *testing.T) (int, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("listener address %v is not TCP", ln.Addr())
+	}
+	return addr.Port, accepted
 }
