@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -138,18 +137,6 @@ func (c *Client) CreateSandboxWithKey(ctx context.Context, key string, in Create
 		return nil, err
 	}
 	return &out, nil
-}
-
-func validIdempotencyKey(key string) error {
-	if len(key) < 1 || len(key) > 255 {
-		return fmt.Errorf("idempotency key must be 1 to 255 characters, got %d", len(key))
-	}
-	for _, r := range key {
-		if r < 0x20 || r > 0x7e {
-			return fmt.Errorf("idempotency key must be printable ASCII")
-		}
-	}
-	return nil
 }
 
 // GetSandbox answers GET /sandboxes/{id}.
