@@ -27,14 +27,21 @@ const (
 	DefaultRetryWaitMin  = 100 * time.Millisecond
 	DefaultRetryWaitMax  = 5 * time.Second
 	DefaultMaxRetryAfter = 60 * time.Second
-	DefaultUserAgent     = "terraform-provider-rarecloud/dev"
-	maxResponseBytes     = 64 << 20
+	// DefaultMaxRetryTime bounds how long one call keeps retrying: no
+	// retry starts later than this after the call's first attempt.
+	DefaultMaxRetryTime = 2 * time.Minute
+	DefaultUserAgent    = "terraform-provider-rarecloud/dev"
+	maxResponseBytes    = 64 << 20
 )
 
 // Config configures a Client. Zero values take the defaults above.
 type Config struct {
 	// BaseURL is the API base, with or without the /v1 suffix.
 	BaseURL string
+	// BaseURLSource says where BaseURL came from, for error messages, for
+	// example `the provider's "api" argument`. Empty means SourceDefault
+	// when BaseURL is empty and "the configuration" otherwise.
+	BaseURLSource string
 	// Token is the API token (rc_pat_...).
 	Token string
 	// UserAgent is sent with every request.
@@ -48,7 +55,12 @@ type Config struct {
 	RetryWaitMin, RetryWaitMax time.Duration
 	// MaxRetryAfter caps how long a Retry-After header may make the client wait.
 	MaxRetryAfter time.Duration
+	// MaxRetryTime bounds the total time of one call's retries.
+	MaxRetryTime time.Duration
 }
+
+// SourceDefault is the BaseURLSource of the built-in default URL.
+const SourceDefault = "the default"
 
 // Client calls the RareCloud API. It is safe for concurrent use.
 type Client struct {
@@ -60,7 +72,12 @@ type Client struct {
 	waitMin       time.Duration
 	waitMax       time.Duration
 	maxRetryAfter time.Duration
+	maxRetryTime  time.Duration
 	mocked        atomic.Bool
+	// baseSource says where the base URL came from.
+	baseSource string
+	// endpoint remembers that the base URL answered as the RareCloud API.
+	endpoint endpointCheck
 }
 
 // NormalizeBaseURL accepts the API base with or without /v1 (and with or
@@ -111,6 +128,17 @@ func New(cfg Config) (*Client, error) {
 		waitMin:       cfg.RetryWaitMin,
 		waitMax:       cfg.RetryWaitMax,
 		maxRetryAfter: cfg.MaxRetryAfter,
+		maxRetryTime:  cfg.MaxRetryTime,
+		baseSource:    cfg.BaseURLSource,
+	}
+	if c.baseSource == "" {
+		c.baseSource = "the configuration"
+		if strings.TrimSpace(cfg.BaseURL) == "" {
+			c.baseSource = SourceDefault
+		}
+	}
+	if c.maxRetryTime <= 0 {
+		c.maxRetryTime = DefaultMaxRetryTime
 	}
 	if c.userAgent == "" {
 		c.userAgent = DefaultUserAgent
@@ -141,6 +169,9 @@ func New(cfg Config) (*Client, error) {
 
 // BaseURL is the normalised API base, ending in /v1.
 func (c *Client) BaseURL() string { return c.baseURL.String() }
+
+// BaseURLSource says where the base URL came from.
+func (c *Client) BaseURLSource() string { return c.baseSource }
 
 // UserAgent is the User-Agent the client sends.
 func (c *Client) UserAgent() string { return c.userAgent }

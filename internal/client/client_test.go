@@ -45,6 +45,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// answersProbe wraps a test server's handler: it answers the endpoint
+// check (GET /v1/sandboxes/templates) as the API does, so that a 404
+// NOT_FOUND of the handler counts as "not found".
+func answersProbe(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1"+probePath {
+			writeJSON(w, 200, okBody([]any{}))
+			return
+		}
+		h(w, r)
+	}
+}
+
 func okBody(data any) map[string]any { return map[string]any{"ok": true, "data": data} }
 
 func errBody(code, msg string) map[string]any {
@@ -159,8 +172,8 @@ func TestErrorDecoding(t *testing.T) {
 			}
 		}},
 		{"not json", 418, `<html>teapot</html>`, func(t *testing.T, err error) {
-			apiErr, ok := AsAPIError(err)
-			if !ok || apiErr.Status != 418 || !strings.Contains(apiErr.Message, "teapot") {
+			var e *EndpointError
+			if !errors.As(err, &e) || e.Status != 418 || !strings.Contains(err.Error(), "HTML page: <html>teapot</html>") {
 				t.Errorf("non-JSON answer decoded as %#v", err)
 			}
 		}},
@@ -180,7 +193,7 @@ func TestErrorDecoding(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int32
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := httptest.NewServer(answersProbe(func(w http.ResponseWriter, r *http.Request) {
 				n.Add(1)
 				w.WriteHeader(tc.status)
 				_, _ = io.WriteString(w, tc.body)
@@ -564,7 +577,7 @@ func TestMockedFlag(t *testing.T) {
 }
 
 func TestMockedErrorFlag(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(answersProbe(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, map[string]any{"ok": false, "mocked": true, "error": map[string]any{"code": "NOT_FOUND", "message": "no"}})
 	}))
 	defer srv.Close()
@@ -686,7 +699,7 @@ func TestRoutes(t *testing.T) {
 
 func TestWaitHelpers(t *testing.T) {
 	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(answersProbe(func(w http.ResponseWriter, r *http.Request) {
 		k := n.Add(1)
 		switch {
 		case k <= 2:

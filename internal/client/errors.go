@@ -33,7 +33,10 @@ const (
 )
 
 // Sentinel errors for errors.Is. An *APIError matches the sentinel of its
-// code (and ErrNotFound also matches FILE_NOT_FOUND and any 404).
+// code. ErrNotFound matches only the API's own 404 NOT_FOUND (or
+// FILE_NOT_FOUND) in its envelope: the client returns an *EndpointError
+// instead when the answer is not the envelope or the endpoint could not be
+// confirmed to be the API.
 var (
 	ErrNotFound          = errors.New("not found")
 	ErrUnauthorized      = errors.New("unauthorized")
@@ -57,6 +60,10 @@ type APIError struct {
 	RetryAfter time.Duration
 	// Mocked is true when the API answered in test mode.
 	Mocked bool
+	// Attempts and Elapsed say how long the client retried before it gave
+	// up; zero when the call was not retried.
+	Attempts int
+	Elapsed  time.Duration
 }
 
 // Error implements error.
@@ -69,17 +76,21 @@ func (e *APIError) Error() string {
 	if msg == "" {
 		msg = "no message"
 	}
-	if e.Method != "" {
-		return fmt.Sprintf("%s %s: HTTP %d %s: %s", e.Method, e.Path, e.Status, code, msg)
+	tries := ""
+	if e.Attempts > 1 {
+		tries = fmt.Sprintf(" (gave up after %d attempts over %s)", e.Attempts, e.Elapsed.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, code, msg)
+	if e.Method != "" {
+		return fmt.Sprintf("%s %s: HTTP %d %s: %s%s", e.Method, e.Path, e.Status, code, msg, tries)
+	}
+	return fmt.Sprintf("HTTP %d %s: %s%s", e.Status, code, msg, tries)
 }
 
 // Is lets errors.Is match an *APIError against the package's sentinels.
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrNotFound:
-		return e.Status == http.StatusNotFound || e.Code == CodeNotFound || e.Code == CodeFileNotFound
+		return e.Status == http.StatusNotFound && (e.Code == CodeNotFound || e.Code == CodeFileNotFound)
 	case ErrUnauthorized:
 		return e.Status == http.StatusUnauthorized || e.Code == CodeUnauthorized
 	case ErrInsufficientScope:
@@ -103,7 +114,9 @@ func AsAPIError(err error) (*APIError, bool) {
 	return nil, false
 }
 
-// IsNotFound reports whether err is a 404 answer of the API.
+// IsNotFound reports whether the API said that what was asked for does
+// not exist: a 404 NOT_FOUND (or FILE_NOT_FOUND) in the API's envelope,
+// from an endpoint confirmed to be the RareCloud API.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 // IsUnauthorized reports whether the API rejected the token.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,10 +37,14 @@ type request struct {
 	body    any
 	headers map[string]string
 	class   retryClass
+	// probe marks the call that confirms the endpoint.
+	probe bool
 }
 
+// envelope is the API's answer: {"ok": true, "data": ...} or
+// {"ok": false, "error": {"code": ..., "message": ...}}.
 type envelope struct {
-	OK     bool            `json:"ok"`
+	OK     *bool           `json:"ok"`
 	Mocked bool            `json:"mocked"`
 	Data   json.RawMessage `json:"data"`
 	Error  *struct {
@@ -76,29 +81,36 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 	}
 	target := u.String()
 
-	var lastErr error
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		retry, wait, err := c.attempt(ctx, req, target, body, attempt, out)
 		if err == nil {
 			return nil
 		}
-		lastErr = err
-		if !retry || attempt >= c.maxRetries {
+		giveUp := !retry || attempt >= c.maxRetries
+		if !giveUp {
+			if wait <= 0 {
+				wait = c.backoff(attempt)
+			}
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				tflog.SubsystemWarn(ctx, LogSubsystem, "not retrying: the context deadline comes first", map[string]any{
+					"method": req.method, "path": req.path, "wait": wait.String(), "error": err.Error(),
+				})
+				giveUp = true
+			} else if time.Since(start)+wait > c.maxRetryTime {
+				tflog.SubsystemWarn(ctx, LogSubsystem, "not retrying: the call's retry time is used up", map[string]any{
+					"method": req.method, "path": req.path, "max_retry_time": c.maxRetryTime.String(), "error": err.Error(),
+				})
+				giveUp = true
+			}
+		}
+		if giveUp {
 			if retry {
 				tflog.SubsystemWarn(ctx, LogSubsystem, "giving up after retries", map[string]any{
 					"method": req.method, "path": req.path, "attempts": attempt + 1, "error": err.Error(),
 				})
 			}
-			return lastErr
-		}
-		if wait <= 0 {
-			wait = c.backoff(attempt)
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			tflog.SubsystemWarn(ctx, LogSubsystem, "not retrying: the context deadline comes first", map[string]any{
-				"method": req.method, "path": req.path, "wait": wait.String(), "error": err.Error(),
-			})
-			return lastErr
+			return c.finalError(ctx, req, err, attempt+1, time.Since(start))
 		}
 		tflog.SubsystemDebug(ctx, LogSubsystem, "retrying request", map[string]any{
 			"method": req.method, "path": req.path, "attempt": attempt + 1, "wait": wait.String(), "error": err.Error(),
@@ -107,10 +119,36 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr)
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), c.finalError(ctx, req, err, attempt+1, time.Since(start)))
 		case <-t.C:
 		}
 	}
+}
+
+// finalError is the error a call returns: it records how long the call
+// tried, and believes a "not found" only from a confirmed endpoint.
+func (c *Client) finalError(ctx context.Context, req request, err error, attempts int, elapsed time.Duration) error {
+	var unreachable *UnreachableError
+	if errors.As(err, &unreachable) {
+		unreachable.Attempts = attempts
+		unreachable.Elapsed = elapsed
+		return err
+	}
+	apiErr, ok := AsAPIError(err)
+	if !ok {
+		return err
+	}
+	if attempts > 1 {
+		apiErr.Attempts = attempts
+		apiErr.Elapsed = elapsed
+	}
+	if !req.probe && apiErr.Status == http.StatusNotFound &&
+		(apiErr.Code == CodeNotFound || apiErr.Code == CodeFileNotFound) && ctx.Err() == nil {
+		if cerr := c.confirmEndpoint(ctx, apiErr); cerr != nil {
+			return cerr
+		}
+	}
+	return err
 }
 
 // attempt sends one request. It returns whether the failure may be retried
@@ -139,11 +177,13 @@ func (c *Client) attempt(ctx context.Context, req request, target string, body [
 		if ctx.Err() != nil {
 			return false, 0, fmt.Errorf("%s %s: %w", req.method, req.path, ctx.Err())
 		}
-		retry := req.class == idempotent || !wrote.Load()
+		retry := (req.class == idempotent || !wrote.Load()) && !permanentReach(err)
 		tflog.SubsystemDebug(ctx, LogSubsystem, "request failed", map[string]any{
 			"method": req.method, "url": target, "error": err.Error(), "request_written": wrote.Load(), "retryable": retry,
 		})
-		return retry, 0, fmt.Errorf("%s %s: %w", req.method, req.path, err)
+		return retry, 0, &UnreachableError{
+			URL: c.BaseURL(), Source: c.baseSource, Method: req.method, Path: req.path, Attempts: 1, Err: unwrapURLError(err),
+		}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
@@ -201,7 +241,8 @@ func (c *Client) decodeAnswer(ctx context.Context, req request, target string, r
 
 	var env envelope
 	decodeErr := json.Unmarshal(raw, &env)
-	if decodeErr == nil && env.Mocked {
+	isEnvelope := decodeErr == nil && env.OK != nil
+	if isEnvelope && env.Mocked {
 		c.mocked.Store(true)
 		if info := callInfo(ctx); info != nil {
 			info.Mocked.Store(true)
@@ -214,7 +255,8 @@ func (c *Client) decodeAnswer(ctx context.Context, req request, target string, r
 		}
 	}
 
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 && decodeErr == nil && env.OK {
+	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if ok2xx && isEnvelope && *env.OK {
 		if out != nil && len(env.Data) > 0 {
 			if err := json.Unmarshal(env.Data, out); err != nil {
 				return false, 0, fmt.Errorf("%s %s: decoding the answer's data: %w", req.method, req.path, err)
@@ -231,14 +273,49 @@ func (c *Client) decodeAnswer(ctx context.Context, req request, target string, r
 		Mocked:     env.Mocked,
 	}
 	switch {
-	case decodeErr == nil && env.Error != nil:
+	case isEnvelope && env.Error != nil && env.Error.Code != "":
 		apiErr.Code = env.Error.Code
 		apiErr.Message = env.Error.Message
-	case decodeErr == nil && resp.StatusCode < 300:
+	case isEnvelope && ok2xx:
 		apiErr.Code = "INVALID_RESPONSE"
 		apiErr.Message = "the API answered ok=false without an error"
-	default:
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		// A proxy or load balancer in front of the API answers overload and
+		// outages in its own words: still worth a retry.
 		apiErr.Message = snippet(raw)
+	default:
+		return false, 0, c.endpointError(req, resp.StatusCode, describeForeignAnswer(resp, raw))
 	}
 	return c.retryable(req, apiErr), retryAfter, apiErr
+}
+
+// describeForeignAnswer says what an answer that is not the API's
+// envelope looks like.
+func describeForeignAnswer(resp *http.Response, raw []byte) string {
+	what := "a body that is not JSON"
+	trimmed := strings.TrimSpace(string(raw))
+	ctype := resp.Header.Get("Content-Type")
+	switch {
+	case trimmed == "":
+		what = "an empty body"
+	case strings.Contains(ctype, "html") || strings.HasPrefix(strings.ToLower(trimmed), "<!doctype") || strings.HasPrefix(trimmed, "<"):
+		what = "an HTML page"
+	case json.Valid(raw):
+		what = `JSON that is not the API's envelope ({"ok": ..., "data" or "error": ...})`
+	}
+	s := fmt.Sprintf("it answered HTTP %d with %s", resp.StatusCode, what)
+	if trimmed != "" {
+		s += ": " + strings.TrimPrefix(snippet(raw), "unexpected answer: ")
+	}
+	return s
+}
+
+// unwrapURLError drops the *url.Error around a transport error: the
+// message names the method and URL already.
+func unwrapURLError(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
 }
