@@ -2,7 +2,9 @@ package provider
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
@@ -36,6 +38,13 @@ func apiErrorDetail(sandboxID string, err error) string {
 			"Reading sandboxes needs services:read; creating and deleting them needs services:write. "+
 			"Scopes match exactly: services:write does not include services:read. Create a token with both scopes.",
 			scope, apiErr.Status, apiErr.Code, apiErr.Message)
+	case apiErr.Status == http.StatusTooManyRequests:
+		fmt.Fprintf(&b, "the RareCloud API kept answering HTTP 429 %s (too many requests): %s", apiErr.Code, apiErr.Message)
+		if apiErr.Attempts > 1 {
+			fmt.Fprintf(&b, "; the provider gave up after %d attempts over %s", apiErr.Attempts, apiErr.Elapsed.Round(time.Millisecond))
+		}
+		b.WriteString(". Run Terraform with fewer operations at once (terraform apply -parallelism=2; the default is 10), " +
+			"raise the provider's max_retry_duration, or try again later.")
 	default:
 		fmt.Fprintf(&b, "the RareCloud API answered HTTP %d %s: %s", apiErr.Status, apiErr.Code, apiErr.Message)
 		if hint := hintFor(apiErr.Code); hint != "" {

@@ -6,8 +6,14 @@ package provider
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -52,6 +58,7 @@ type rarecloudProviderModel struct {
 	API           types.String `tfsdk:"api"`
 	Token         types.String `tfsdk:"token"`
 	DefaultLabels types.Map    `tfsdk:"default_labels"`
+	MaxRetryTime  types.String `tfsdk:"max_retry_duration"`
 }
 
 // providerData is handed to resources and data sources in Configure.
@@ -131,6 +138,14 @@ func (p *rarecloudProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				Optional:  true,
 				Sensitive: true,
 			},
+			"max_retry_duration": schema.StringAttribute{
+				MarkdownDescription: "How long one API call may keep retrying answers that are worth a retry (429 Too Many " +
+					"Requests, 503, a lost connection), as a Go duration such as `30s` or `2m`. No retry starts later than this " +
+					"after the call's first attempt; the error then says how many attempts were made over how long. Defaults to `" +
+					client.DefaultMaxRetryTime.String() + "` (" + fmt.Sprint(client.DefaultMaxRetryTime.Minutes()) + " minutes). " +
+					"Waits for a sandbox are bounded by the resource's `timeouts` instead.",
+				Optional: true,
+			},
 			"default_labels": schema.MapAttribute{
 				MarkdownDescription: "Labels added to every sandbox this provider creates, with the `rarecloud_sandbox` " +
 					"resource and the `rarecloud_sandbox` ephemeral resource, for example to trace each sandbox to its " +
@@ -166,8 +181,22 @@ func (p *rarecloudProvider) Configure(ctx context.Context, req provider.Configur
 		return
 	}
 
-	api := firstSet(cfg.API.ValueString(), os.Getenv(EnvAPI), os.Getenv(EnvAPIAlt))
-	token := firstSet(cfg.Token.ValueString(), os.Getenv(EnvToken), os.Getenv(EnvTokenAlt))
+	api, apiSource := firstSetting(
+		setting{cfg.API.ValueString(), `the provider's "api" argument`},
+		setting{os.Getenv(EnvAPI), "the " + EnvAPI + " environment variable"},
+		setting{os.Getenv(EnvAPIAlt), "the " + EnvAPIAlt + " environment variable"},
+	)
+	if api == "" {
+		apiSource = client.SourceDefault
+	}
+	token, tokenSource := firstSetting(
+		setting{cfg.Token.ValueString(), `the provider's "token" argument`},
+		setting{os.Getenv(EnvToken), "the " + EnvToken + " environment variable"},
+		setting{os.Getenv(EnvTokenAlt), "the " + EnvTokenAlt + " environment variable"},
+	)
+	// A token read with file() ends in a newline: surrounding whitespace is
+	// never part of a token.
+	token = strings.TrimSpace(token)
 
 	if token == "" {
 		resp.Diagnostics.AddAttributeError(path.Root("token"), "Missing RareCloud API token",
@@ -176,11 +205,39 @@ func (p *rarecloudProvider) Configure(ctx context.Context, req provider.Configur
 				"  - the "+EnvToken+" environment variable,\n"+
 				"  - the "+EnvTokenAlt+" environment variable.\n"+
 				"Create the token in the RareCloud console under Account, then API tokens, with the services:read and services:write scopes.")
+	} else if pos, r, bad := tokenBadRune(token); bad {
+		resp.Diagnostics.AddAttributeError(path.Root("token"), "Invalid RareCloud API token",
+			fmt.Sprintf("The API token set by %s contains %s at character %d. A token is one word of printable characters "+
+				"(rc_pat_...); surrounding whitespace is removed, but nothing inside may be a control character or a space. "+
+				"Check how the token is read, for example a file with several lines or a value copied with a stray character.",
+				tokenSource, describeRune(r), pos))
 	}
 	base, err := client.NormalizeBaseURL(api)
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("api"), "Invalid RareCloud API URL",
-			err.Error()+". Set api (or "+EnvAPI+") to a URL such as "+client.DefaultBaseURL+".")
+			fmt.Sprintf("%s (set by %s). Set api (or %s) to a URL such as %s.", err.Error(), apiSource, EnvAPI, client.DefaultBaseURL))
+	} else if host, plain := plainHTTPHost(base); plain {
+		resp.Diagnostics.AddAttributeWarning(path.Root("api"), "Unencrypted connection to the RareCloud API",
+			fmt.Sprintf("The API URL %s (set by %s) uses http:// to %s, which is not this machine: the API token and everything "+
+				"Terraform sends and receives travel unencrypted and can be read or changed on the way. Use an https:// URL.",
+				base, apiSource, host))
+	}
+	maxRetryTime := client.DefaultMaxRetryTime
+	if !cfg.MaxRetryTime.IsNull() && !cfg.MaxRetryTime.IsUnknown() {
+		d, err := time.ParseDuration(strings.TrimSpace(cfg.MaxRetryTime.ValueString()))
+		switch {
+		case err != nil:
+			resp.Diagnostics.AddAttributeError(path.Root("max_retry_duration"), "Invalid max_retry_duration",
+				fmt.Sprintf("%q is not a duration: write it as a number with a unit, such as 30s, 90s or 2m.", cfg.MaxRetryTime.ValueString()))
+		case d <= 0 || d > time.Hour:
+			resp.Diagnostics.AddAttributeError(path.Root("max_retry_duration"), "Invalid max_retry_duration",
+				fmt.Sprintf("max_retry_duration must be more than 0 and at most 1h, got %s.", cfg.MaxRetryTime.ValueString()))
+		default:
+			maxRetryTime = d
+		}
+	} else if cfg.MaxRetryTime.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("max_retry_duration"), "Unknown max_retry_duration",
+			"The provider cannot be configured with a max_retry_duration that is only known after apply.")
 	}
 
 	defaults := map[string]string{}
@@ -199,15 +256,19 @@ func (p *rarecloudProvider) Configure(ctx context.Context, req provider.Configur
 		tfVersion = "unknown"
 	}
 	c, err := client.New(client.Config{
-		BaseURL:   base,
-		Token:     token,
-		UserAgent: fmt.Sprintf("%s/%s terraform/%s", userAgentProvider, p.version, tfVersion),
+		BaseURL:       base,
+		BaseURLSource: apiSource,
+		Token:         token,
+		UserAgent:     fmt.Sprintf("%s/%s terraform/%s", userAgentProvider, p.version, tfVersion),
+		MaxRetryTime:  maxRetryTime,
 	})
 	if err != nil {
 		resp.Diagnostics.AddError("Error configuring the RareCloud client", err.Error())
 		return
 	}
-	tflog.Debug(ctx, "configured the RareCloud API client", map[string]any{"api": c.BaseURL(), "user_agent": c.UserAgent()})
+	tflog.Debug(ctx, "configured the RareCloud API client", map[string]any{
+		"api": c.BaseURL(), "api_source": apiSource, "user_agent": c.UserAgent(), "max_retry_duration": maxRetryTime.String(),
+	})
 
 	data := &providerData{client: c, defaultLabels: defaults}
 	resp.ResourceData = data
@@ -240,11 +301,59 @@ func (p *rarecloudProvider) EphemeralResources(_ context.Context) []func() ephem
 	}
 }
 
-func firstSet(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
+// setting is a value of the provider's configuration and where it came from.
+type setting struct {
+	value, source string
+}
+
+// firstSetting returns the first non-empty setting and its source.
+func firstSetting(settings ...setting) (string, string) {
+	for _, s := range settings {
+		if s.value != "" {
+			return s.value, s.source
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// tokenBadRune finds the first character that cannot be in a token: a
+// control character or whitespace (1-based position).
+func tokenBadRune(token string) (int, rune, bool) {
+	pos := 0
+	for _, r := range token {
+		pos++
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == utf8.RuneError {
+			return pos, r, true
+		}
+	}
+	return 0, 0, false
+}
+
+func describeRune(r rune) string {
+	switch {
+	case unicode.IsControl(r):
+		return fmt.Sprintf("a control character (%U)", r)
+	case r == ' ':
+		return "a space"
+	case r == utf8.RuneError:
+		return "a byte that is not UTF-8"
+	}
+	return fmt.Sprintf("whitespace (%U)", r)
+}
+
+// plainHTTPHost reports the host of an http:// base URL that is not this
+// machine (loopback), to which the token would travel unencrypted.
+func plainHTTPHost(base string) (string, bool) {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return "", false
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return host, false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return host, false
+	}
+	return host, true
 }

@@ -151,6 +151,11 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 				MarkdownDescription: "Run mode: the program's exit code, if it had exited when Terraform opened the sandbox.",
 				Computed:            true,
 			},
+			"env_keys": schema.ListAttribute{
+				MarkdownDescription: "Names of the sandbox's environment variables, sorted, as the API reports them (never the values).",
+				ElementType:         types.StringType,
+				Computed:            true,
+			},
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.BlockWithOpts(ctx, timeouts.Opts{
@@ -215,7 +220,7 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 	}
 	tflog.Info(ctx, "created ephemeral sandbox", map[string]any{"id": created.ID, "status": created.Status})
 
-	sbx, err := c.WaitSandbox(ctx, created.ID, readyFunc(m.WaitForExit.ValueBool()))
+	sbx, err := c.WaitSandboxStatus(ctx, created.ID, readyStatuses(m.WaitForExit.ValueBool()), readyFunc(m.WaitForExit.ValueBool()))
 	if err != nil {
 		detail := fmt.Sprintf("Sandbox %s did not become ready: %s.", created.ID, errDetail(err))
 		if client.IsNotFound(err) {

@@ -33,6 +33,9 @@ func newScriptedAPI(t *testing.T, sandbox map[string]any) *scriptedAPI {
 		a.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes/templates":
+			// The endpoint check before a "not found" is believed.
+			_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "data": []any{}})
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/sandboxes":
 			pending := map[string]any{}
 			for k, v := range sandbox {

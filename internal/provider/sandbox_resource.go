@@ -23,6 +23,7 @@ const (
 	minTimeoutMs         = 1000
 	maxTimeoutMs         = 86400000
 	defaultCreateTimeout = 10 * time.Minute
+	defaultUpdateTimeout = 10 * time.Minute
 	defaultDeleteTimeout = 5 * time.Minute
 )
 
@@ -90,7 +91,7 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 	tflog.Info(ctx, "created sandbox", map[string]any{"id": created.ID, "status": created.Status, "replayed": info.Replayed.Load()})
 
 	waitForExit := plan.WaitForExit.ValueBool()
-	sbx, err := c.WaitSandbox(ctx, created.ID, readyFunc(waitForExit))
+	sbx, err := c.WaitSandboxStatus(ctx, created.ID, readyStatuses(waitForExit), readyFunc(waitForExit))
 	if sbx == nil {
 		sbx = created
 	}
@@ -127,6 +128,14 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 
 	tflog.Info(ctx, "sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status})
 	setStateFromAPI(ctx, &resp.State, &plan, sbx, nil, &resp.Diagnostics)
+	if code, failed := nonzeroExit(sbx); failed && plan.FailOnExit.ValueBool() && waitForExit {
+		// The sandbox is in state: the error makes Terraform mark it
+		// tainted, so the next apply replaces it and runs the program again.
+		resp.Diagnostics.AddError("Sandbox program failed",
+			jobFailedDetail(ctx, c, sbx, code, "The sandbox stays in state, marked tainted: the next apply replaces it and "+
+				"runs the program again. Fix the program or its command, or set fail_on_nonzero_exit = false to accept a "+
+				"non-zero exit."))
+	}
 }
 
 // Read implements resource.Resource.
@@ -196,21 +205,27 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 		return
 	}
 	state.WaitForExit = plan.WaitForExit
+	state.FailOnExit = plan.FailOnExit
 	state.Timeouts = plan.Timeouts
+	// After an import, env (and env_wo_version) are set in place when the
+	// keys match the sandbox's: they change only in state.
+	state.Env = plan.Env
+	state.EnvWOVersion = plan.EnvWOVersion
 
-	createTimeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	updateTimeout, diags := plan.Timeouts.Update(ctx, defaultUpdateTimeout)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	ctx, info := client.WithCallInfo(ctx)
 	defer warnIfMocked(&resp.Diagnostics, info)
 	c := r.data.client
 	id := state.ID.ValueString()
 
-	sbx, err := c.WaitSandbox(ctx, id, readyFunc(plan.WaitForExit.ValueBool()))
+	waitForExit := plan.WaitForExit.ValueBool()
+	sbx, err := c.WaitSandboxStatus(ctx, id, readyStatuses(waitForExit), readyFunc(waitForExit))
 	if err != nil {
 		if sbx != nil {
 			var term errTerminated
@@ -219,10 +234,21 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 				resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 			}
 		}
+		if ctx.Err() != nil {
+			resp.Diagnostics.AddError("Error updating sandbox",
+				fmt.Sprintf("Sandbox %s did not exit within the update timeout (%s): %s. Raise timeouts.update, or turn wait_for_exit off.",
+					id, updateTimeout, errDetail(err)))
+			return
+		}
 		addAPIError(&resp.Diagnostics, "Error updating sandbox", id, err)
 		return
 	}
 	setStateFromAPI(ctx, &resp.State, &state, sbx, nil, &resp.Diagnostics)
+	if code, failed := nonzeroExit(sbx); failed && plan.FailOnExit.ValueBool() && waitForExit {
+		resp.Diagnostics.AddError("Sandbox program failed",
+			jobFailedDetail(ctx, c, sbx, code, "The next plan replaces the sandbox, which runs the program again. Fix the "+
+				"program or its command, or set fail_on_nonzero_exit = false to accept a non-zero exit."))
+	}
 }
 
 // Delete implements resource.Resource. A sandbox that is already gone

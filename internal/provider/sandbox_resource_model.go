@@ -3,9 +3,11 @@ package provider
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -34,6 +36,7 @@ type sandboxModel struct {
 	CreatedAt       types.String `tfsdk:"created_at"`
 	ExpiresAt       types.String `tfsdk:"expires_at"`
 	ExitCode        types.Int64  `tfsdk:"exit_code"`
+	EnvKeys         types.List   `tfsdk:"env_keys"`
 }
 
 // sandboxResourceModel is the resource's Terraform data: the shared
@@ -42,6 +45,7 @@ type sandboxResourceModel struct {
 	sandboxModel
 	EnvWO        types.Map      `tfsdk:"env_wo"`
 	EnvWOVersion types.Int64    `tfsdk:"env_wo_version"`
+	FailOnExit   types.Bool     `tfsdk:"fail_on_nonzero_exit"`
 	Timeouts     timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -128,11 +132,13 @@ func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client
 	}
 	m.Env = types.MapNull(types.StringType)
 	if len(s.EnvKeys) > 0 {
-		tflog.Info(ctx, "imported sandbox has environment variables whose values the API does not return", map[string]any{
+		tflog.Info(ctx, "imported sandbox has environment variables whose values the API does not return; "+
+			"a configuration with the same env keys keeps the sandbox", map[string]any{
 			"id": s.ID, "env_keys": strings.Join(s.EnvKeys, ","),
 		})
 	}
 	m.WaitForExit = types.BoolValue(false)
+	m.FailOnExit = types.BoolValue(false)
 }
 
 // setStateFromAPI maps the API's sandbox onto the model and stores it, the
@@ -157,6 +163,11 @@ func (m *sandboxModel) setResults(s *client.Sandbox) {
 	} else {
 		m.ExitCode = types.Int64Null()
 	}
+	keys := make([]attr.Value, 0, len(s.EnvKeys))
+	for _, k := range slices.Sorted(slices.Values(s.EnvKeys)) {
+		keys = append(keys, types.StringValue(k))
+	}
+	m.EnvKeys = types.ListValueMust(types.StringType, keys)
 }
 
 func stringOrNull(s string) types.String {

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -68,6 +69,17 @@ func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	if !effective.IsUnknown() && !prior.IsNull() && !effective.Equal(prior) {
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("effective_labels"))
 	}
+
+	// A program that already exited non-zero fails an apply that asks for
+	// success: run it again.
+	var failOnExit, waitForExit types.Bool
+	var exitCode types.Int64
+	resp.Diagnostics.Append(resp.Plan.GetAttribute(ctx, path.Root("fail_on_nonzero_exit"), &failOnExit)...)
+	resp.Diagnostics.Append(resp.Plan.GetAttribute(ctx, path.Root("wait_for_exit"), &waitForExit)...)
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("exit_code"), &exitCode)...)
+	if failOnExit.ValueBool() && waitForExit.ValueBool() && !exitCode.IsNull() && !exitCode.IsUnknown() && exitCode.ValueInt64() != 0 {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("fail_on_nonzero_exit"))
+	}
 }
 
 // effectiveLabels are the provider's default_labels (data may be nil)
@@ -92,4 +104,102 @@ func effectiveLabels(ctx context.Context, data *providerData, labels types.Map) 
 	m, d := types.MapValueFrom(ctx, types.StringType, merged)
 	diags.Append(d...)
 	return m, diags
+}
+
+// importedEnvMatches says whether the state is an imported sandbox whose
+// environment the configuration describes: the state has no env values
+// (the API never returns them) and no env_wo_version, and the keys of the
+// configuration's env and env_wo are exactly the API's env_keys. Such a
+// sandbox is kept; its env values are taken from the configuration.
+func importedEnvMatches(ctx context.Context, state tfsdk.State, config tfsdk.Config) (bool, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if state.Raw.IsNull() {
+		return false, nil
+	}
+	var stateEnv types.Map
+	var stateVersion types.Int64
+	var stateKeys types.List
+	diags.Append(state.GetAttribute(ctx, path.Root("env"), &stateEnv)...)
+	diags.Append(state.GetAttribute(ctx, path.Root("env_wo_version"), &stateVersion)...)
+	diags.Append(state.GetAttribute(ctx, path.Root("env_keys"), &stateKeys)...)
+	if diags.HasError() || !stateEnv.IsNull() || !stateVersion.IsNull() || stateKeys.IsNull() || stateKeys.IsUnknown() {
+		return false, diags
+	}
+	var keys []string
+	diags.Append(stateKeys.ElementsAs(ctx, &keys, false)...)
+	if len(keys) == 0 {
+		return false, diags
+	}
+	configured := map[string]bool{}
+	for _, name := range []string{"env", "env_wo"} {
+		var m types.Map
+		diags.Append(config.GetAttribute(ctx, path.Root(name), &m)...)
+		if m.IsUnknown() {
+			return false, diags
+		}
+		for k := range m.Elements() {
+			configured[k] = true
+		}
+	}
+	if diags.HasError() || len(configured) != len(keys) {
+		return false, diags
+	}
+	for _, k := range keys {
+		if !configured[k] {
+			return false, diags
+		}
+	}
+	return true, diags
+}
+
+// envPlanModifier replaces the sandbox when env changes, except when an
+// imported sandbox (no env values in state) gets a configuration whose env
+// keys match the API's env_keys: then env changes in place, in state only.
+type envPlanModifier struct{}
+
+func (envPlanModifier) Description(context.Context) string {
+	return "Changing env replaces the sandbox, except when env is first set after an import with the sandbox's own keys."
+}
+
+func (m envPlanModifier) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
+
+func (envPlanModifier) PlanModifyMap(ctx context.Context, req planmodifier.MapRequest, resp *planmodifier.MapResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() || req.PlanValue.Equal(req.StateValue) {
+		return
+	}
+	if req.StateValue.IsNull() {
+		keep, diags := importedEnvMatches(ctx, req.State, req.Config)
+		resp.Diagnostics.Append(diags...)
+		if keep {
+			return
+		}
+	}
+	resp.RequiresReplace = true
+}
+
+// envWOVersionPlanModifier replaces the sandbox when env_wo_version
+// changes, except when it is first set after an import whose env keys
+// match (see envPlanModifier).
+type envWOVersionPlanModifier struct{}
+
+func (envWOVersionPlanModifier) Description(context.Context) string {
+	return "Changing env_wo_version replaces the sandbox, except when it is first set after an import with the sandbox's own env keys."
+}
+
+func (m envWOVersionPlanModifier) MarkdownDescription(ctx context.Context) string {
+	return m.Description(ctx)
+}
+
+func (envWOVersionPlanModifier) PlanModifyInt64(ctx context.Context, req planmodifier.Int64Request, resp *planmodifier.Int64Response) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() || req.PlanValue.Equal(req.StateValue) {
+		return
+	}
+	if req.StateValue.IsNull() {
+		keep, diags := importedEnvMatches(ctx, req.State, req.Config)
+		resp.Diagnostics.Append(diags...)
+		if keep {
+			return
+		}
+	}
+	resp.RequiresReplace = true
 }

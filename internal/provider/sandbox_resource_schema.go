@@ -97,7 +97,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				Optional:      true,
 				Sensitive:     true,
 				Validators:    envValidators(),
-				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+				PlanModifiers: []planmodifier.Map{envPlanModifier{}},
 			},
 			"env_wo": schema.MapAttribute{
 				MarkdownDescription: "Write-only environment variables (Terraform 1.11 and later), for secrets: sent to the API " +
@@ -119,7 +119,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				Validators: []validator.Int64{
 					int64validator.AlsoRequires(path.MatchRoot("env_wo")),
 				},
-				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
+				PlanModifiers: []planmodifier.Int64{envWOVersionPlanModifier{}},
 			},
 			"labels": schema.MapAttribute{
 				MarkdownDescription: "Labels of the sandbox, for finding it again (`GET /v1/sandboxes?label=key=value`). " +
@@ -136,10 +136,29 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"wait_for_exit": schema.BoolAttribute{
 				MarkdownDescription: "Run mode only: make create wait until the program has exited, so `exit_code` is known " +
-					"when the apply finishes (within the create timeout). Defaults to `false`. Changes in place.",
+					"when the apply finishes (within the create timeout). Defaults to `false`. Changes in place: turning it on " +
+					"for an existing sandbox waits within the update timeout.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
+			},
+			"fail_on_nonzero_exit": schema.BoolAttribute{
+				MarkdownDescription: "Run mode with `wait_for_exit`: make the apply fail when the program exits with a code " +
+					"other than 0. The error carries the exit code and the last lines of the program's logs; the sandbox stays " +
+					"in state marked tainted, so the next apply replaces it and runs the program again. Defaults to `false`, " +
+					"which records `exit_code` and lets the apply succeed. Changes in place; a sandbox whose program already " +
+					"exited non-zero is replaced when this is turned on.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+			},
+			"env_keys": schema.ListAttribute{
+				MarkdownDescription: "Names of the sandbox's environment variables, sorted, from `env` and `env_wo`, as the API " +
+					"reports them (it never returns the values). After an import, a configuration whose `env` and `env_wo` have " +
+					"these keys keeps the sandbox.",
+				ElementType:   types.StringType,
+				Computed:      true,
+				PlanModifiers: []planmodifier.List{listplanmodifier.UseStateForUnknown()},
 			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "Status: `pending`, `running`, `exited` (run mode, the program has ended) or `terminated`.",
@@ -161,7 +180,14 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Delete: true}),
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{
+				Create:            true,
+				Update:            true,
+				Delete:            true,
+				CreateDescription: "How long Terraform waits for a new sandbox to be running (with `wait_for_exit`, exited). Defaults to 10m.",
+				UpdateDescription: "How long Terraform waits when `wait_for_exit` is turned on in place. Defaults to 10m.",
+				DeleteDescription: "How long Terraform waits for a sandbox to be deleted. Defaults to 5m.",
+			}),
 		},
 	}
 }

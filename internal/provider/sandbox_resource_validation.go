@@ -45,6 +45,11 @@ func (r *sandboxResource) ValidateConfig(ctx context.Context, req resource.Valid
 		return
 	}
 	validateRunMode(cfg.Run, cfg.Entrypoint, cfg.Command, cfg.WaitForExit, &resp.Diagnostics)
+	if cfg.FailOnExit.ValueBool() && !cfg.WaitForExit.IsUnknown() && !cfg.WaitForExit.ValueBool() {
+		resp.Diagnostics.AddAttributeError(path.Root("fail_on_nonzero_exit"), "fail_on_nonzero_exit needs wait_for_exit",
+			"fail_on_nonzero_exit = true judges the program's exit code, which the apply only knows when it waits for the "+
+				"program to exit. Set wait_for_exit = true (run mode), or remove fail_on_nonzero_exit.")
+	}
 	validateEnvKeysDisjoint(cfg.Env, cfg.EnvWO, &resp.Diagnostics)
 }
 
