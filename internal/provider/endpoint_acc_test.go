@@ -48,7 +48,7 @@ func TestAccSandbox_wrongEndpointKeepsState(t *testing.T) {
 			api: func(t *testing.T) string {
 				return foreignServer(t, 404, "text/html", "<!DOCTYPE html><html><body><h1>404 Not Found</h1></body></html>")
 			},
-			want: []string{"does not answer as the RareCloud API", `set by the provider's "api" argument`, "HTTP 404 with an HTML page"},
+			want: []string{`set by the provider's "api" argument`, "does not answer as the RareCloud API", "HTTP 404 with an HTML page"},
 		},
 		{
 			name: "json 404 of another shape",
@@ -56,12 +56,12 @@ func TestAccSandbox_wrongEndpointKeepsState(t *testing.T) {
 				return foreignServer(t, 404, "application/json", `{"error":"Not Found","path":"/v1/sandboxes"}`)
 			},
 			viaEnv: true,
-			want:   []string{"does not answer as the RareCloud API", "set by the RARECLOUD_API environment variable", "JSON that is not the API's envelope"},
+			want:   []string{"set by the RARECLOUD_API environment variable", "does not answer as the RareCloud API", "JSON that is not the API's envelope"},
 		},
 		{
 			name: "real backend under a wrong prefix",
 			api:  func(t *testing.T) string { return strings.TrimSuffix(acc.url, "/v1") + "/v2" },
-			want: []string{"does not answer as the RareCloud API", `set by the provider's "api" argument`, "GET /sandboxes/templates", "HTTP 404 NOT_FOUND"},
+			want: []string{`set by the provider's "api" argument`, "does not answer as the RareCloud API", "HTTP 404 NOT_FOUND", "GET /sandboxes/templates"},
 		},
 	}
 	for _, tc := range cases {
