@@ -15,14 +15,20 @@ import (
 // says how it treats ?waitFor=: "honour" holds the answer until the status
 // is wanted (or timeoutMs is up), "ignore" answers at once, "reject"
 // answers 400 INVALID_REQUEST.
-func jobServer(t *testing.T, mode string, exitAfter time.Duration) (*httptest.Server, *atomic.Int32, *atomic.Value) {
+func jobServer(t *testing.T, mode string, exitAfter time.Duration) (*httptest.Server, *atomic.Int32, *atomic.Pointer[string]) {
 	t.Helper()
 	start := time.Now()
 	var gets atomic.Int32
-	var lastQuery atomic.Value
-	lastQuery.Store("")
-	status := func() map[string]any {
+	var lastQuery atomic.Pointer[string]
+	lastQuery.Store(new(string))
+	statusName := func() string {
 		if time.Since(start) >= exitAfter {
+			return "exited"
+		}
+		return "running"
+	}
+	status := func() map[string]any {
+		if statusName() == "exited" {
 			return map[string]any{"id": "sbx-1", "status": "exited", "runMode": true, "exitCode": 0}
 		}
 		return map[string]any{"id": "sbx-1", "status": "running", "runMode": true, "exitCode": nil}
@@ -30,7 +36,8 @@ func jobServer(t *testing.T, mode string, exitAfter time.Duration) (*httptest.Se
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gets.Add(1)
 		q := r.URL.Query()
-		lastQuery.Store(r.URL.RawQuery)
+		raw := r.URL.RawQuery
+		lastQuery.Store(&raw)
 		waitFor := q.Get("waitFor")
 		switch {
 		case waitFor == "" || mode == "ignore":
@@ -44,7 +51,7 @@ func jobServer(t *testing.T, mode string, exitAfter time.Duration) (*httptest.Se
 				return
 			}
 			deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
-			for time.Now().Before(deadline) && !strings.Contains(","+waitFor+",", ","+status()["status"].(string)+",") {
+			for time.Now().Before(deadline) && !strings.Contains(","+waitFor+",", ","+statusName()+",") {
 				select {
 				case <-r.Context().Done():
 					return
@@ -75,7 +82,7 @@ func TestWaitUsesTheLongPoll(t *testing.T) {
 	if n := gets.Load(); n > 2 {
 		t.Errorf("%d requests for a 2 s job with the long poll; want 1 or 2", n)
 	}
-	q := query.Load().(string)
+	q := *query.Load()
 	if !strings.Contains(q, "waitFor=exited%2Cterminated") || !strings.Contains(q, "timeoutMs=") {
 		t.Errorf("query = %q", q)
 	}
@@ -114,8 +121,8 @@ func TestWaitFallsBackToPolling(t *testing.T) {
 			if gets.Load() < 2 {
 				t.Errorf("%d requests: the job cannot have exited at the first", gets.Load())
 			}
-			if mode == "reject" && query.Load().(string) != "" {
-				t.Errorf("after a rejected waitFor the client still sends %q", query.Load())
+			if mode == "reject" && *query.Load() != "" {
+				t.Errorf("after a rejected waitFor the client still sends %q", *query.Load())
 			}
 		})
 	}

@@ -142,7 +142,7 @@ func (p *rarecloudProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				MarkdownDescription: "How long one API call may keep retrying answers that are worth a retry (429 Too Many " +
 					"Requests, 503, a lost connection), as a Go duration such as `30s` or `2m`. No retry starts later than this " +
 					"after the call's first attempt; the error then says how many attempts were made over how long. Defaults to `" +
-					client.DefaultMaxRetryTime.String() + "` (" + fmt.Sprint(client.DefaultMaxRetryTime.Minutes()) + " minutes). " +
+					fmt.Sprintf("%gm", client.DefaultMaxRetryTime.Minutes()) + "`, at most `1h`. " +
 					"Waits for a sandbox are bounded by the resource's `timeouts` instead.",
 				Optional: true,
 			},

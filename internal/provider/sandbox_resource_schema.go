@@ -28,9 +28,10 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A RareCloud AI sandbox: an isolated Linux environment in its own hardened container. " +
 			"The API has no update call, so changing any argument the API holds replaces the sandbox; " +
-			"only `wait_for_exit` and `timeouts` change in place.\n\n" +
-			"A sandbox that no longer exists (deleted, expired at `expires_at`, or terminated) drops out of state " +
-			"and is created again on the next apply.",
+			"only `wait_for_exit`, `fail_on_nonzero_exit` and `timeouts` change in place.\n\n" +
+			"A sandbox that the API reports gone (deleted, expired at `expires_at`, or terminated) drops out of state " +
+			"and is created again on the next apply; any answer that is not the API's own \"not found\" is an error " +
+			"and leaves the state alone.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "Sandbox id (`sbx-...`).",

@@ -8,13 +8,16 @@ output "sandbox_id" {
   value = rarecloud_sandbox.ci.id
 }
 
-# A run-mode job: the image's program runs to completion and the apply
-# waits for its exit code.
+# A run-mode job: the image's program runs to completion, the apply waits
+# for its exit code and fails when it is not 0 (with the end of the job's
+# logs in the error). The failed sandbox is tainted: the next apply runs
+# the job again.
 resource "rarecloud_sandbox" "tests" {
-  template      = "python"
-  command       = ["sh", "-c", "python3 -c 'import sys; print(sys.version)'"]
-  wait_for_exit = true
-  timeout_ms    = 900000 # 15 minutes
+  template             = "python"
+  command              = ["sh", "-c", "python3 -c 'import sys; print(sys.version)'"]
+  wait_for_exit        = true
+  fail_on_nonzero_exit = true
+  timeout_ms           = 900000 # 15 minutes: the sandbox's lifetime on the API
 
   env = {
     CI = "true"
@@ -25,14 +28,6 @@ resource "rarecloud_sandbox" "tests" {
   }
 
   timeouts {
-    create = "15m"
-  }
-
-  # Fail the apply when the job fails.
-  lifecycle {
-    postcondition {
-      condition     = self.exit_code == 0
-      error_message = "The job exited with a non-zero exit code."
-    }
+    create = "15m" # how long the apply waits for the job
   }
 }
