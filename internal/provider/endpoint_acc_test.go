@@ -146,3 +146,38 @@ func checkStillRunning(t *testing.T, id string) {
 		t.Fatalf("sandbox %s is %s, want running", id, sbx.Status)
 	}
 }
+
+// TestSandboxDataSourceWrongEndpoint: the rarecloud_sandbox data source
+// says "not found" only when the API does; a wrong endpoint's 404 names
+// the endpoint instead.
+func TestSandboxDataSourceWrongEndpoint(t *testing.T) {
+	for name, api := range map[string]string{
+		"html":     foreignServer(t, 404, "text/html", "<html><body>Not Found</body></html>"),
+		"no route": newScriptedNotFoundEverywhere(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			resource.UnitTest(t, resource.TestCase{
+				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+				Steps: []resource.TestStep{{
+					Config: fmt.Sprintf(`
+provider "rarecloud" {
+  api   = %q
+  token = "rc_pat_wrong_endpoint"
+}
+
+data "rarecloud_sandbox" "one" {
+  id = "sbx-0123abcd"
+}
+`, api),
+					ExpectError: expectErr("Error reading sandbox", `set by the provider's "api" argument`, "does not answer as the RareCloud API"),
+				}},
+			})
+		})
+	}
+}
+
+// newScriptedNotFoundEverywhere answers the API's NOT_FOUND envelope on
+// every path, as the API does under a wrong prefix.
+func newScriptedNotFoundEverywhere(t *testing.T) string {
+	return foreignServer(t, 404, "application/json", `{"ok":false,"error":{"code":"NOT_FOUND","message":"no route"}}`)
+}
