@@ -17,13 +17,13 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 )
 
-// foreignServer answers every request with status and body, as a web
+// notFoundServer answers every request with 404 and body, as a web
 // server or proxy that is not the RareCloud API would.
-func foreignServer(t *testing.T, status int, ctype, body string) string {
+func notFoundServer(t *testing.T, ctype, body string) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ctype)
-		w.WriteHeader(status)
+		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, body)
 	}))
 	t.Cleanup(srv.Close)
@@ -46,14 +46,14 @@ func TestAccSandbox_wrongEndpointKeepsState(t *testing.T) {
 		{
 			name: "html 404",
 			api: func(t *testing.T) string {
-				return foreignServer(t, 404, "text/html", "<!DOCTYPE html><html><body><h1>404 Not Found</h1></body></html>")
+				return notFoundServer(t, "text/html", "<!DOCTYPE html><html><body><h1>404 Not Found</h1></body></html>")
 			},
 			want: []string{`set by the provider's "api" argument`, "does not answer as the RareCloud API", "HTTP 404 with an HTML page"},
 		},
 		{
 			name: "json 404 of another shape",
 			api: func(t *testing.T) string {
-				return foreignServer(t, 404, "application/json", `{"error":"Not Found","path":"/v1/sandboxes"}`)
+				return notFoundServer(t, "application/json", `{"error":"Not Found","path":"/v1/sandboxes"}`)
 			},
 			viaEnv: true,
 			want:   []string{"set by the RARECLOUD_API environment variable", "does not answer as the RareCloud API", "JSON that is not the API's envelope"},
@@ -152,7 +152,7 @@ func checkStillRunning(t *testing.T, id string) {
 // the endpoint instead.
 func TestSandboxDataSourceWrongEndpoint(t *testing.T) {
 	for name, api := range map[string]string{
-		"html":     foreignServer(t, 404, "text/html", "<html><body>Not Found</body></html>"),
+		"html":     notFoundServer(t, "text/html", "<html><body>Not Found</body></html>"),
 		"no route": newScriptedNotFoundEverywhere(t),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -179,5 +179,5 @@ data "rarecloud_sandbox" "one" {
 // newScriptedNotFoundEverywhere answers the API's NOT_FOUND envelope on
 // every path, as the API does under a wrong prefix.
 func newScriptedNotFoundEverywhere(t *testing.T) string {
-	return foreignServer(t, 404, "application/json", `{"ok":false,"error":{"code":"NOT_FOUND","message":"no route"}}`)
+	return notFoundServer(t, "application/json", `{"ok":false,"error":{"code":"NOT_FOUND","message":"no route"}}`)
 }
