@@ -52,7 +52,10 @@ func labelledSandboxes(t *testing.T, label string) []client.Sandbox {
 func TestAccSandbox_failOnNonzeroExit(t *testing.T) {
 	const addr = "rarecloud_sandbox.job"
 	label := fmt.Sprintf("fail-on-exit-%d", time.Now().UnixNano())
-	failing := "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25; do echo line-$i; done; " +
+	// One stream (stderr joins stdout in the process), so the order of the
+	// lines in the logs is the order they were written: the engine keeps
+	// no order between two streams.
+	failing := "exec 2>&1; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25; do echo line-$i; done; " +
 		"echo 'assertion failed: want 4, got 5' >&2; exit 3"
 	fixed := "echo all tests passed"
 	resource.ParallelTest(t, resource.TestCase{
