@@ -92,7 +92,8 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"env": schema.MapAttribute{
 				MarkdownDescription: "Environment variables of the sandbox's processes. The API never returns the values " +
-					"(they are not read back, and an imported sandbox has no `env`), but Terraform keeps them in the plan and " +
+					"(only their names, in `env_keys`; an imported sandbox keeps its sandbox when the configured keys match), but " +
+					"Terraform keeps them in the plan and " +
 					"state, marked sensitive; use `env_wo` for secrets. Changing it replaces the sandbox.",
 				ElementType:   types.StringType,
 				Optional:      true,
