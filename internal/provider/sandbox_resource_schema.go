@@ -92,7 +92,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"env": schema.MapAttribute{
 				MarkdownDescription: "Environment variables of the sandbox's processes. The API never returns the values " +
-					"(only their names, in `env_keys`; an imported sandbox keeps its sandbox when the configured keys match), but " +
+					"(only their names, in `env_keys`: after an import, a configuration with the same keys keeps the sandbox), but " +
 					"Terraform keeps them in the plan and " +
 					"state, marked sensitive; use `env_wo` for secrets. Changing it replaces the sandbox.",
 				ElementType:   types.StringType,
