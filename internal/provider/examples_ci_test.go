@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 )
@@ -113,3 +115,51 @@ func TestAccExample_ciTestJob(t *testing.T) {
 }
 
 func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
+
+// TestAccExample_ephemeralSmokeTest applies the ephemeral resource's
+// example with nothing but Terraform: a good version passes the smoke test
+// and is released; a bad one stops the apply at the precondition, and
+// every sandbox it opened is deleted again.
+func TestAccExample_ephemeralSmokeTest(t *testing.T) {
+	skipUnlessAcc(t)
+	obs := &closeObserver{}
+	example := config.StaticFile(examplesDir + "ephemeral-resources/rarecloud_sandbox/ephemeral-resource.tf")
+	resource.ParallelTest(t, resource.TestCase{
+		TerraformVersionChecks: []tfversion.TerraformVersionCheck{
+			tfversion.SkipBelow(tfversion.Version1_10_0),
+		},
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: ephemeralFactories(obs),
+		Steps: []resource.TestStep{
+			{
+				ConfigFile: example,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("terraform_data.release", tfjsonpath.New("output"), knownvalue.StringExact("1.0.0")),
+				},
+			},
+			{
+				ConfigFile:      example,
+				ConfigVariables: config.Variables{"app_version": config.StringVariable("2.0")},
+				ExpectError:     expectErr("Resource precondition failed", "The smoke test of version 2.0 failed"),
+			},
+			{
+				ConfigFile: example,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					func(*terraform.State) error {
+						all := obs.all()
+						if len(all) < 3 {
+							return fmt.Errorf("%d ephemeral sandboxes opened and closed, want at least 3 (plan and apply of each step)", len(all))
+						}
+						ctx := context.Background()
+						for _, c := range all {
+							if _, err := testClient(tokenA).GetSandbox(ctx, c.id); !client.IsNotFound(err) {
+								return fmt.Errorf("ephemeral sandbox %s still exists: %v", c.id, err)
+							}
+						}
+						return nil
+					},
+				),
+			},
+		},
+	})
+}
