@@ -163,3 +163,30 @@ func TestAccExample_ephemeralSmokeTest(t *testing.T) {
 		},
 	})
 }
+
+// TestAccExample_commandAndFileDataSource applies the examples of
+// rarecloud_sandbox_command and of the rarecloud_sandbox_file data source.
+func TestAccExample_commandAndFileDataSource(t *testing.T) {
+	skipUnlessAcc(t)
+	resource.ParallelTest(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             testAccCheckSandboxDestroyed,
+		Steps: []resource.TestStep{
+			{
+				ConfigFile: config.StaticFile(examplesDir + "resources/rarecloud_sandbox_command/resource.tf"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownOutputValue("python_version", knownvalue.StringRegexp(regexpMust(`^3\.\d+\.\d+$`))),
+					statecheck.ExpectKnownValue("rarecloud_sandbox_command.setup", tfjsonpath.New("exit_code"), knownvalue.Int64Exact(0)),
+				},
+				Check: checkBackendOutput("rarecloud_sandbox.dev", "cat /home/user/data/status.json", "{\"ready\": true}\n"),
+			},
+			{
+				ConfigFile: config.StaticFile(examplesDir + "data-sources/rarecloud_sandbox_file/data-source.tf"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownOutputValue("rows", knownvalue.Int64Exact(42)),
+				},
+			},
+		},
+	})
+}
