@@ -185,13 +185,13 @@ func outputTail(s string, maxLines, maxBytes int) string {
 	return strings.Join(lines, "\n")
 }
 
-// keepTail keeps the last max bytes of s, cut on a character boundary,
+// keepTail keeps the last limit bytes of s, cut on a character boundary,
 // and says whether anything was cut.
-func keepTail(s string, max int) (string, bool) {
-	if len(s) <= max {
+func keepTail(s string, limit int) (string, bool) {
+	if len(s) <= limit {
 		return s, false
 	}
-	s = s[len(s)-max:]
+	s = s[len(s)-limit:]
 	for len(s) > 0 && !utf8.RuneStart(s[0]) {
 		s = s[1:]
 	}

@@ -69,7 +69,12 @@ func (r *sandboxFileResource) Schema(ctx context.Context, _ resource.SchemaReque
 		MarkdownDescription: "A file in a running sandbox, written from text (`content`), from base64 (`content_base64`) " +
 			"or from a local file (`source`). Refresh reads the file back: a file changed or deleted inside the sandbox " +
 			"shows as a change, and the next apply writes it again. Changes are written in place. Destroy removes the file; " +
-			"a sandbox that no longer exists takes its files out of state.",
+			"a sandbox that no longer exists takes its files out of state.\n\n" +
+			"Text up to 1,000,000 characters goes through the API's file call as is. Binary data and longer text are sent " +
+			"base64-encoded in parts, then decoded, checked against their SHA-256 and moved into place by one command inside " +
+			"the sandbox, so a failed upload never leaves half a file; this, like the refresh of binary files, needs `sh`, " +
+			"`base64` and `sha256sum` in the image (coreutils or busybox; every template has them). A sandbox that has exited " +
+			"(run mode) keeps the recorded file in state until it is deleted.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "`<sandbox_id>:<path>`.",

@@ -59,12 +59,12 @@ func backendFileSum(ctx context.Context, id, p string) (string, error) {
 	return strings.Fields(out)[0], nil
 }
 
-// checkBackendFile compares a file in the sandbox of addr with want
-// (want "" means the file must be missing).
-func checkBackendFile(sandboxAddr, p string, want func() string) resource.TestCheckFunc {
+// checkBackendFile compares a file in the sandbox rarecloud_sandbox.box
+// with want (want "" means the file must be missing).
+func checkBackendFile(p string, want func() string) resource.TestCheckFunc {
 	return func(s *terraform.State) error {
 		var id string
-		if err := sandboxID(sandboxAddr, &id)(s); err != nil {
+		if err := sandboxID("rarecloud_sandbox.box", &id)(s); err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -176,11 +176,11 @@ resource "rarecloud_sandbox_file" "long" {
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					sandboxID("rarecloud_sandbox.box", &sbx),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/app/hello.txt", func() string { return hexSum([]byte("hello\n")) }),
-					checkBackendFile("rarecloud_sandbox.box", "/tmp/data/blob.bin", func() string { return hexSum(blob) }),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/notes.md", readNotes),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/big.bin", func() string { return hexSum(bigData) }),
-					checkBackendFile("rarecloud_sandbox.box", "/tmp/long.txt", func() string { return hexSum([]byte(longText)) }),
+					checkBackendFile("/home/user/app/hello.txt", func() string { return hexSum([]byte("hello\n")) }),
+					checkBackendFile("/tmp/data/blob.bin", func() string { return hexSum(blob) }),
+					checkBackendFile("/home/user/notes.md", readNotes),
+					checkBackendFile("/home/user/big.bin", func() string { return hexSum(bigData) }),
+					checkBackendFile("/tmp/long.txt", func() string { return hexSum([]byte(longText)) }),
 				),
 			},
 			{
@@ -197,8 +197,8 @@ resource "rarecloud_sandbox_file" "long" {
 					sameID.AddStateValue("rarecloud_sandbox_file.text", tfjsonpath.New("id")),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/notes.md", readNotes),
+					checkBackendFile("/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
+					checkBackendFile("/home/user/notes.md", readNotes),
 				),
 			},
 			{
@@ -216,9 +216,9 @@ resource "rarecloud_sandbox_file" "long" {
 					plancheck.ExpectResourceAction("rarecloud_sandbox_file.long", plancheck.ResourceActionNoop),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
-					checkBackendFile("rarecloud_sandbox.box", "/tmp/data/blob.bin", func() string { return hexSum(blob) }),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/big.bin", func() string { return hexSum(bigData) }),
+					checkBackendFile("/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
+					checkBackendFile("/tmp/data/blob.bin", func() string { return hexSum(blob) }),
+					checkBackendFile("/home/user/big.bin", func() string { return hexSum(bigData) }),
 				),
 			},
 			{
@@ -247,7 +247,7 @@ resource "rarecloud_sandbox_file" "long" {
 				// Destroying a file resource removes the file; the sandbox stays.
 				Config: strings.Replace(cfg("hello again\n"), `resource "rarecloud_sandbox_file" "text" {`, `resource "rarecloud_sandbox_file" "text" {
   count      = 0`, 1),
-				Check: checkBackendFile("rarecloud_sandbox.box", "/home/user/app/hello.txt", func() string { return "" }),
+				Check: checkBackendFile("/home/user/app/hello.txt", func() string { return "" }),
 			},
 			{
 				// The sandbox is deleted outside Terraform: its files drop out
@@ -264,8 +264,8 @@ resource "rarecloud_sandbox_file" "long" {
 					plancheck.ExpectResourceAction("rarecloud_sandbox_file.big", plancheck.ResourceActionCreate),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
-					checkBackendFile("rarecloud_sandbox.box", "/home/user/big.bin", func() string { return hexSum(bigData) }),
+					checkBackendFile("/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
+					checkBackendFile("/home/user/big.bin", func() string { return hexSum(bigData) }),
 				),
 			},
 		},
