@@ -28,6 +28,11 @@ type faultProxy struct {
 	mu      sync.Mutex
 	pending map[string]int // sandbox id -> GETs still to answer as pending (-1: always)
 
+	// busyEach answers each distinct request (method, path and query)
+	// 429 this many times before passing it on.
+	busyEach int
+	busySeen map[string]int
+
 	served429     atomic.Int64
 	servedPending atomic.Int64
 }
@@ -36,7 +41,7 @@ var sandboxGetRE = regexp.MustCompile(`^/v1/sandboxes/(sbx-[A-Za-z0-9_-]+)$`)
 
 func newFaultProxy(t *testing.T, maxInFlight int) *faultProxy {
 	t.Helper()
-	p := &faultProxy{maxInFlight: maxInFlight, pending: map[string]int{}}
+	p := &faultProxy{maxInFlight: maxInFlight, pending: map[string]int{}, busySeen: map[string]int{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -62,15 +67,33 @@ func (p *faultProxy) takePending(id string) bool {
 	return true
 }
 
+func (p *faultProxy) takeBusy(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busySeen[key] >= p.busyEach {
+		return false
+	}
+	p.busySeen[key]++
+	return true
+}
+
+func (p *faultProxy) tooMany(w http.ResponseWriter) {
+	p.served429.Add(1)
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = io.WriteString(w, `{"ok":false,"error":{"code":"TOO_MANY_REQUESTS","message":"too many concurrent requests (proxy)"}}`)
+}
+
 func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
+	if p.busyEach > 0 && p.takeBusy(r.Method+" "+r.URL.Path+queryOf(r)) {
+		p.tooMany(w)
+		return
+	}
 	if p.maxInFlight > 0 {
 		if p.inFlight.Add(1) > int64(p.maxInFlight) {
 			p.inFlight.Add(-1)
-			p.served429.Add(1)
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = io.WriteString(w, `{"ok":false,"error":{"code":"TOO_MANY_REQUESTS","message":"too many concurrent requests (proxy)"}}`)
+			p.tooMany(w)
 			return
 		}
 		defer p.inFlight.Add(-1)

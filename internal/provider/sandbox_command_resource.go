@@ -243,13 +243,16 @@ func (r *sandboxCommandResource) Create(ctx context.Context, req resource.Create
 		addSandboxUseError(&resp.Diagnostics, summary, id, err)
 		return
 	}
+	// The HTTP call lasts as long as the run: a client whose per-attempt
+	// timeout covers timeout_ms.
+	ec := c.ForExec(plan.TimeoutMs.ValueInt64())
 	var res *client.ExecResult
 	err := retryBusy(ctx, func() error {
 		var err error
 		if !plan.Command.IsNull() {
-			res, err = c.RunCommand(ctx, id, client.CommandRequest{Cmd: plan.Command.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
+			res, err = ec.RunCommand(ctx, id, client.CommandRequest{Cmd: plan.Command.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
 		} else {
-			res, err = c.RunCode(ctx, id, client.RunCodeRequest{Language: plan.Language.ValueString(), Code: plan.Code.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
+			res, err = ec.RunCode(ctx, id, client.RunCodeRequest{Language: plan.Language.ValueString(), Code: plan.Code.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
 		}
 		return err
 	})

@@ -136,7 +136,8 @@ func runCommand(ctx context.Context, c *client.Client, id, cmd string, timeout t
 	var res *client.ExecResult
 	err := retryBusy(ctx, func() error {
 		var err error
-		res, err = c.RunCommand(ctx, id, client.CommandRequest{Cmd: cmd, TimeoutMs: execTimeoutMs(ctx, timeout)})
+		ms := execTimeoutMs(ctx, timeout)
+		res, err = c.ForExec(ms).RunCommand(ctx, id, client.CommandRequest{Cmd: cmd, TimeoutMs: ms})
 		return err
 	})
 	return res, err
