@@ -105,7 +105,7 @@ func TestAccExample_writeOnlyEnv(t *testing.T) {
 
 // TestAccExample_ephemeralSandbox plans the ephemeral resource's example:
 // planning opens a sandbox with the example's arguments and closes it.
-// (Applying it needs the RareCloud CLI for its provisioner.)
+// (TestAccExample_ephemeralSmokeTest applies it.)
 func TestAccExample_ephemeralSandbox(t *testing.T) {
 	obs := &closeObserver{}
 	resource.ParallelTest(t, resource.TestCase{

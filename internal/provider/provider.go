@@ -280,6 +280,8 @@ func (p *rarecloudProvider) Configure(ctx context.Context, req provider.Configur
 func (p *rarecloudProvider) Resources(_ context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
 		NewSandboxResource,
+		NewSandboxFileResource,
+		NewSandboxCommandResource,
 	}
 }
 
@@ -291,6 +293,7 @@ func (p *rarecloudProvider) DataSources(_ context.Context) []func() datasource.D
 		NewSandboxLogsDataSource,
 		NewSandboxDataSource,
 		NewSandboxesDataSource,
+		NewSandboxFileDataSource,
 	}
 }
 
