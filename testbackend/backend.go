@@ -64,6 +64,7 @@ type Backend struct {
 	srv         *http.Server
 	mgr         *sandbox.Manager
 	rt          runtime.Runtime
+	lease       *lease
 	done        chan struct{}
 }
 
@@ -134,6 +135,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
+		}
+		if err := b.startLease(ctx, InstanceID(dataDir), dataDir, cfg.Logger); err != nil {
+			b.closeRuntime()
+			return nil, err
 		}
 	}
 	b.mgr, err = sandbox.New(sandbox.Config{
@@ -282,4 +287,21 @@ func (b *Backend) closeRuntime() {
 	if b.rt != nil {
 		_ = b.rt.Close()
 	}
+	b.lease.release()
+}
+
+// startLease takes this instance's lease, then reaps what backends that
+// are gone for good left on the engine (see ReapOrphans).
+func (b *Backend) startLease(ctx context.Context, instance, dataDir string, logger *slog.Logger) error {
+	l, err := acquireLease(instance, dataDir)
+	if err != nil {
+		return err
+	}
+	b.lease = l
+	if d, ok := b.rt.(*runtime.Docker); ok {
+		if _, err := ReapOrphans(ctx, d, logger); err != nil {
+			logger.Warn("reaping the containers of backends that are gone", "err", err)
+		}
+	}
+	return nil
 }
