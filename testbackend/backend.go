@@ -52,7 +52,10 @@ type Config struct {
 	PoolSize int
 	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
 	MaxInFlight int
-	Logger      *slog.Logger
+	// Agent is the host path of the sandbox agent; default the one make
+	// setup installs ("none": commands go through the engine's exec).
+	Agent  string
+	Logger *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -132,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			Network:     cfg.Network,
 			PullPolicy:  cfg.Pull,
 			Instance:    InstanceID(dataDir),
+			Agent:       cfg.Agent,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)

@@ -74,6 +74,8 @@ type ExecResult struct {
 type Exit struct {
 	Code int
 	Err  error // set when waiting failed (engine gone, container removed)
+	// Reason is set when the runtime itself ended the container, and says why.
+	Reason string
 }
 
 // Container describes one owned container found on the engine.
