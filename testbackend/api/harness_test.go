@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,6 +75,10 @@ func TestMain(m *testing.M) {
 	}
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), 0, tokA, tokB)
+		if n := apitest.RawMismatches.Load(); n > 0 && code == 0 {
+			fmt.Fprintf(os.Stderr, "%d cleanup answers did not match openapi.yaml\n", n)
+			code = 1
+		}
 		shared.Close()
 	}
 	if sharedDir != "" {

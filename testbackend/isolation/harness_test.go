@@ -71,6 +71,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), time.Minute, tokA, tokB)
+		if n := apitest.RawMismatches.Load(); n > 0 && code == 0 {
+			fmt.Fprintf(os.Stderr, "%d cleanup answers did not match openapi.yaml\n", n)
+			code = 1
+		}
 		_ = shared.Close()
 	}
 	if sharedLog != nil {
