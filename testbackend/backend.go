@@ -54,8 +54,13 @@ type Config struct {
 	MaxInFlight int
 	// Agent is the host path of the sandbox agent; default the one make
 	// setup installs ("none": commands go through the engine's exec).
-	Agent  string
-	Logger *slog.Logger
+	Agent string
+	// ValidateResponses checks every answer against openapi.yaml before it
+	// goes out and turns one that does not match into a 500 naming the
+	// mismatch: test runs set it, so that no test passes on an undocumented
+	// answer.
+	ValidateResponses bool
+	Logger            *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -172,8 +177,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight})
+	if cfg.ValidateResponses {
+		handler = validating(handler, cfg.Logger)
+	}
 	b.srv = &http.Server{
-		Handler:           api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {

@@ -11,20 +11,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
-
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 )
 
 // WaitTimeout is how long Running waits for a sandbox to run.
@@ -82,64 +75,9 @@ func DeleteAll(base string, timeout time.Duration, tokens ...string) {
 	}
 }
 
-var (
-	specOnce   sync.Once
-	specRouter routers.Router
-	specDoc    *openapi3.T
-	specErr    error
-)
-
-func loadSpec() (*openapi3.T, routers.Router, error) {
-	specOnce.Do(func() {
-		specDoc, specErr = openapi3.NewLoader().LoadFromData(api.OpenAPI)
-		if specErr != nil {
-			return
-		}
-		if specErr = specDoc.Validate(context.Background()); specErr != nil {
-			return
-		}
-		// Any host: the backend listens on a random port.
-		specDoc.Servers = openapi3.Servers{{URL: "/v1"}}
-		specRouter, specErr = legacy.NewRouter(specDoc)
-	})
-	return specDoc, specRouter, specErr
-}
-
-// Validate checks an answer against openapi.yaml. An answer to a request
-// the description has no route for must still be the error envelope.
+// Validate checks an answer against openapi.yaml (see apispec.Validate).
 func Validate(req *http.Request, resp *http.Response, body []byte) error {
-	doc, router, err := loadSpec()
-	if err != nil {
-		return fmt.Errorf("openapi.yaml: %w", err)
-	}
-	vreq := req.Clone(context.Background())
-	vreq.URL = &url.URL{Path: req.URL.Path, RawQuery: req.URL.RawQuery}
-	vreq.Host = ""
-	route, params, err := router.FindRoute(vreq)
-	if err != nil {
-		var v any
-		if jerr := json.Unmarshal(body, &v); jerr != nil {
-			return fmt.Errorf("not JSON: %w", jerr)
-		}
-		if verr := doc.Components.Schemas["ErrorEnvelope"].Value.VisitJSON(v); verr != nil {
-			return fmt.Errorf("answer is not the error envelope: %w", verr)
-		}
-		return nil
-	}
-	input := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{
-			Request: vreq, PathParams: params, Route: route,
-			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
-		},
-		Status:  resp.StatusCode,
-		Header:  resp.Header,
-		Options: &openapi3filter.Options{IncludeResponseStatus: true},
-	}
-	input.SetBodyBytes(body)
-	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
-		return fmt.Errorf("answer does not match openapi.yaml: %w", err)
-	}
-	return nil
+	return apispec.Validate(req, resp.StatusCode, resp.Header, body)
 }
 
 // Truncate shortens b to n bytes for a message.
