@@ -60,7 +60,11 @@ type Config struct {
 	// mismatch: test runs set it, so that no test passes on an undocumented
 	// answer.
 	ValidateResponses bool
-	Logger            *slog.Logger
+	// Ephemeral says no backend will start again on this data directory
+	// (a test run's shared backend): once this one is gone, whether closed
+	// or killed, any backend that starts reaps its containers.
+	Ephemeral bool
+	Logger    *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -145,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
 		}
-		if err := b.startLease(ctx, InstanceID(dataDir), dataDir, cfg.Logger); err != nil {
+		if err := b.startLease(ctx, InstanceID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
@@ -305,8 +309,8 @@ func (b *Backend) closeRuntime() {
 
 // startLease takes this instance's lease, then reaps what backends that
 // are gone for good left on the engine (see ReapOrphans).
-func (b *Backend) startLease(ctx context.Context, instance, dataDir string, logger *slog.Logger) error {
-	l, err := acquireLease(instance, dataDir)
+func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephemeral bool, logger *slog.Logger) error {
+	l, err := acquireLease(instance, dataDir, ephemeral)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,10 @@ var InstancesDir = "/run/rarecloud/instances"
 // running on the same data directory holds it for good).
 const leaseWait = 15 * time.Second
 
+// leaseEphemeral marks the lease of a backend that nothing starts again on
+// its data (Config.Ephemeral): once it is not held, its containers go.
+const leaseEphemeral = "ephemeral"
+
 // lease is a held instance lock.
 type lease struct {
 	f    *os.File
@@ -34,7 +38,7 @@ type lease struct {
 
 // acquireLease takes the instance's lock and records the data directory in
 // it. It fails when another backend runs on the same data directory.
-func acquireLease(instance, dataDir string) (*lease, error) {
+func acquireLease(instance, dataDir string, ephemeral bool) (*lease, error) {
 	if err := os.MkdirAll(InstancesDir, 0o755); err != nil {
 		return nil, fmt.Errorf("instance lease: %w", err)
 	}
@@ -52,7 +56,11 @@ func acquireLease(instance, dataDir string) (*lease, error) {
 				_ = f.Close()
 				return nil, fmt.Errorf("instance lease: %w", err)
 			}
-			if _, err := f.WriteAt([]byte(dataDir+"\n"), 0); err != nil {
+			content := dataDir + "\n"
+			if ephemeral {
+				content += leaseEphemeral + "\n"
+			}
+			if _, err := f.WriteAt([]byte(content), 0); err != nil {
 				_ = f.Close()
 				return nil, fmt.Errorf("instance lease: %w", err)
 			}
@@ -94,7 +102,8 @@ func sameFile(f *os.File, path string) bool {
 
 // ReapOrphans removes the containers of backends that are gone for good:
 // their lease is not held (no backend runs) and the data directory it
-// names no longer exists (no backend can start again on their records).
+// names no longer exists (no backend can start again on their records), or
+// the backend was ephemeral (a test run's shared backend, never restarted).
 // Containers of a live backend (lease held), of a backend that may start
 // again (data directory present) and of instances without a lease (made
 // before leases existed, or the lease directory was cleared) are left
@@ -153,11 +162,13 @@ func reapInstance(ctx context.Context, d *runtime.Docker, inst string, ids []str
 	if err != nil {
 		return 0, nil
 	}
-	dir := strings.TrimSpace(string(data))
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	dir := strings.TrimSpace(lines[0])
 	if dir == "" || !filepath.IsAbs(dir) {
 		return 0, nil
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+	ephemeral := len(lines) > 1 && strings.TrimSpace(lines[1]) == leaseEphemeral
+	if _, err := os.Stat(dir); !ephemeral && !errors.Is(err, os.ErrNotExist) {
 		return 0, nil // it may start again on its records
 	}
 	removed := 0

@@ -50,7 +50,7 @@ func realBackend(t *testing.T) *client {
 			return
 		}
 		sharedDir = dir
-		shared, sharedErr = startBackend(dir, testbackend.Config{})
+		shared, sharedErr = startBackend(dir, testbackend.Config{Ephemeral: true})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start backend: %v", sharedErr)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 // instanceContainers counts the containers of the backend on data.
@@ -44,6 +45,9 @@ func writeTokens(t *testing.T, dir string) string {
 // whose data directory is still there keeps its containers (it may start
 // again on its records), and a live backend keeps its containers even
 // with its data directory gone (its lease is held).
+//
+// An ephemeral backend (a test run's shared one) is reaped once it is gone
+// even with its data directory left behind.
 func TestDeadBackendIsReaped(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -62,6 +66,7 @@ func TestDeadBackendIsReaped(t *testing.T) {
 		}
 		return p, data
 	}
+	ephemeralData := ephemeralLeftover(t, root)
 	dead, deadData := withSandbox("dead")
 	kept, keptData := withSandbox("kept")
 	live, liveData := withSandbox("live")
@@ -85,6 +90,9 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	defer b.Close()
 	if n := instanceContainers(t, deadData); n != 0 {
 		t.Errorf("the dead backend's containers outlived it: %d left after another backend started", n)
+	}
+	if n := instanceContainers(t, ephemeralData); n != 0 {
+		t.Errorf("a dead ephemeral backend's containers outlived it: %d left", n)
 	}
 	if n := instanceContainers(t, keptData); n != 1 {
 		t.Errorf("a killed backend whose data directory stays lost its containers: %d, want 1", n)
@@ -113,4 +121,36 @@ func TestDeadBackendIsReaped(t *testing.T) {
 			t.Errorf("%s: %d containers left after the reap", data, n)
 		}
 	}
+}
+
+// ephemeralLeftover is what a killed test binary leaves: an ephemeral
+// backend's lease, not held, its data directory still there, and a
+// container of its instance. It returns the data directory.
+func ephemeralLeftover(t *testing.T, root string) string {
+	t.Helper()
+	data := filepath.Join(root, "ephemeral", "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inst := testbackend.InstanceID(data)
+	if err := os.MkdirAll(testbackend.InstancesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(testbackend.InstancesDir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: inst, Network: runtime.NetworkNone, PullPolicy: "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := rt.Start(ctx, runtime.Spec{Image: sbxpkg.ImageBase, Labels: map[string]string{runtime.LabelSandboxID: "sbx-ephemeral"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if n := instanceContainers(t, data); n != 1 {
+		t.Fatalf("ephemeral leftover: %d containers, want 1", n)
+	}
+	return data
 }

@@ -139,7 +139,7 @@ func backend(t *testing.T) *apiClient {
 		if agentPath, sharedErr = buildAgent(sharedDir, agentPkg); sharedErr != nil {
 			return
 		}
-		shared, sharedErr = startBackend(filepath.Join(sharedDir, "data"), testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk, Logger: logger, Agent: agentPath})
+		shared, sharedErr = startBackend(filepath.Join(sharedDir, "data"), testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk, Logger: logger, Agent: agentPath, Ephemeral: true})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start backend: %v", sharedErr)
