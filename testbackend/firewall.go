@@ -201,7 +201,7 @@ func blockAt(rules []rule, want map[string]string) int {
 			}
 		}
 		for k := range r.opts {
-			if _, wanted := want[k]; !wanted && !allowed[k] && !(k == "-m" && r.opts[k] == "comment") {
+			if _, wanted := want[k]; !wanted && !allowed[k] && (k != "-m" || r.opts[k] != "comment") {
 				ok = false
 			}
 		}

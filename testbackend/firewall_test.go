@@ -31,12 +31,12 @@ func TestMissingRulesAcceptsSetupRules(t *testing.T) {
 // Every rule that looks like a block but lets the traffic through must be
 // refused, each with the part it lacks named.
 func TestMissingRulesRefusesLookalikes(t *testing.T) {
-	replace := func(s, old, new string) string {
+	replace := func(s, old, with string) string {
 		t.Helper()
 		if !strings.Contains(s, old) {
 			t.Fatalf("test case does not apply: %q not in the rules", old)
 		}
-		return strings.Replace(s, old, new, 1)
+		return strings.Replace(s, old, with, 1)
 	}
 	const (
 		rejectAll = "-A INPUT -i rcsbx0 -m comment --comment rarecloud-sandbox -j REJECT --reject-with icmp-port-unreachable"

@@ -115,7 +115,7 @@ func fuzzTargets(t *testing.T) []fuzzTarget {
 		t.Fatal("the real-mode fuzz sandbox did not start")
 	}
 	base := strings.TrimSuffix(c.Base, "/v1")
-	real := fuzzTarget{name: "real mode", id: realFuzzID, send: func(t *testing.T, req *http.Request, body string) (*http.Response, []byte, bool) {
+	realMode := fuzzTarget{name: "real mode", id: realFuzzID, send: func(t *testing.T, req *http.Request, body string) (*http.Response, []byte, bool) {
 		if !strings.HasPrefix(req.URL.Path, "/") {
 			return nil, nil, false // an origin-form request line starts with "/"
 		}
@@ -143,7 +143,7 @@ func fuzzTargets(t *testing.T) []fuzzTarget {
 		}
 		return res, data, true
 	}}
-	return []fuzzTarget{mock, real}
+	return []fuzzTarget{mock, realMode}
 }
 
 // wireQuery percent-encodes the bytes of q that cannot appear in a

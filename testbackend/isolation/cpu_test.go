@@ -69,8 +69,7 @@ func cpuCgroup(t *testing.T, cid string) (quota float64, usage func() time.Durat
 func TestCPULimit(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
-	var tpls []sandbox.Template
-	tpls = apitest.DecodeData[[]sandbox.Template](t, c.Do("GET", "/sandboxes/templates", tokA, nil, nil))
+	tpls := apitest.DecodeData[[]sandbox.Template](t, c.Do("GET", "/sandboxes/templates", tokA, nil, nil))
 	vcpu := map[string]float64{}
 	for _, tpl := range tpls {
 		vcpu[tpl.Name] = tpl.VCPU

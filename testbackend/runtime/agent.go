@@ -208,9 +208,6 @@ func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
 	if errors.Is(err, errHostileAgent) {
 		d.hostileAgent(id, err)
 	}
-	if err == nil {
-		err = io.EOF
-	}
 	s.mu.Lock()
 	s.err = fmt.Errorf("agent session with %s ended: %w", id, err)
 	s.mu.Unlock()
@@ -218,7 +215,8 @@ func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
 	_ = s.hj.Close()
 }
 
-// readFrames hands each answer to its caller until r ends or sends
+// readFrames hands each answer to its caller until r ends (io.EOF or the
+// read error) or sends
 // something no agent sends: a frame over the limit, a frame that is not
 // an answer, or too many answers to no request. Then it returns an error
 // wrapping errHostileAgent, having read at most one limit's worth more.
