@@ -311,6 +311,12 @@ func (b *Backend) closeRuntime() {
 // are gone for good left on the engine (see ReapOrphans).
 func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephemeral bool, logger *slog.Logger) error {
 	l, err := acquireLease(instance, dataDir, ephemeral)
+	if errors.Is(err, os.ErrPermission) {
+		// Not root: no lease, so nothing ever reaps this backend's containers
+		// (nor anyone else's from here); it still works.
+		logger.Warn("running without an instance lease", "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
