@@ -56,7 +56,13 @@ check_tools() {
 	fi
 	local tfv
 	tfv=$(terraform version 2>/dev/null | head -n1 || true)
-	[[ $tfv == "Terraform v1.11."* ]] || log "warning: expected Terraform 1.11.x, found '${tfv:-unknown}'"
+	# The oldest Terraform every tested feature needs: ephemeral resources
+	# (1.10) and write-only arguments such as env_wo (1.11). An older one
+	# would make their acceptance tests skip, so it is refused.
+	local tfmin=1.11.0 tfnum=${tfv#Terraform v}
+	if [[ ! $tfnum =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || [[ $(printf '%s\n' "$tfmin" "$tfnum" | sort -V | head -n1) != "$tfmin" ]]; then
+		die "Terraform $tfmin or newer is needed (ephemeral resources, write-only arguments such as env_wo), found '${tfv:-unknown}' at $(command -v terraform): put Terraform 1.11.x first on PATH"
+	fi
 	command -v go >/dev/null || die "go is not on PATH (expected /usr/local/go/bin/go); it is needed to build runsc and the provider"
 	log "tools ok: ${tfv:-terraform}, $(go version | awk '{print $3}')"
 }

@@ -52,7 +52,19 @@ type Config struct {
 	PoolSize int
 	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
 	MaxInFlight int
-	Logger      *slog.Logger
+	// Agent is the host path of the sandbox agent; default the one make
+	// setup installs ("none": commands go through the engine's exec).
+	Agent string
+	// ValidateResponses checks every answer against openapi.yaml before it
+	// goes out and turns one that does not match into a 500 naming the
+	// mismatch: test runs set it, so that no test passes on an undocumented
+	// answer.
+	ValidateResponses bool
+	// Ephemeral says no backend will start again on this data directory
+	// (a test run's shared backend): once this one is gone, whether closed
+	// or killed, any backend that starts reaps its containers.
+	Ephemeral bool
+	Logger    *slog.Logger
 }
 
 // Backend is a running test backend.
@@ -64,6 +76,7 @@ type Backend struct {
 	srv         *http.Server
 	mgr         *sandbox.Manager
 	rt          runtime.Runtime
+	lease       *lease
 	done        chan struct{}
 }
 
@@ -131,9 +144,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			Network:     cfg.Network,
 			PullPolicy:  cfg.Pull,
 			Instance:    InstanceID(dataDir),
+			Agent:       cfg.Agent,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
+		}
+		if err := b.startLease(ctx, InstanceID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
+			b.closeRuntime()
+			return nil, err
 		}
 	}
 	b.mgr, err = sandbox.New(sandbox.Config{
@@ -163,8 +181,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight})
+	if cfg.ValidateResponses {
+		handler = validating(handler, cfg.Logger)
+	}
 	b.srv = &http.Server{
-		Handler:           api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {
@@ -282,4 +304,27 @@ func (b *Backend) closeRuntime() {
 	if b.rt != nil {
 		_ = b.rt.Close()
 	}
+	b.lease.release()
+}
+
+// startLease takes this instance's lease, then reaps what backends that
+// are gone for good left on the engine (see ReapOrphans).
+func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephemeral bool, logger *slog.Logger) error {
+	l, err := acquireLease(instance, dataDir, ephemeral)
+	if errors.Is(err, os.ErrPermission) {
+		// Not root: no lease, so nothing ever reaps this backend's containers
+		// (nor anyone else's from here); it still works.
+		logger.Warn("running without an instance lease", "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b.lease = l
+	if d, ok := b.rt.(*runtime.Docker); ok {
+		if _, err := ReapOrphans(ctx, d, logger); err != nil {
+			logger.Warn("reaping the containers of backends that are gone", "err", err)
+		}
+	}
+	return nil
 }

@@ -71,6 +71,8 @@ func runTests(m *testing.M) int {
 			DataDir: dataDir,
 			Mode:    "real",
 			Pull:    "never",
+			// Every answer the provider gets is checked against openapi.yaml.
+			ValidateResponses: true,
 			Tokens: []testbackend.Token{
 				{Token: tokenA, Account: "acct-a", Scopes: []string{"services:read", "services:write"}},
 				{Token: tokenARO, Account: "acct-a", Scopes: []string{"services:read"}},

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 var (
@@ -98,31 +100,61 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// TestKilledDuringCreate kills the backend with SIGKILL at several points
-// of a create, restarts it on the same data, and retries the create with
-// the same Idempotency-Key, as a client whose answer got lost would: the
-// result is exactly one sandbox, running, with no orphan container.
+// TestKilledDuringCreate kills the backend with SIGKILL while a create is
+// in flight, at two points it observes rather than guesses: once the
+// sandbox's record is on disk (its container not yet started), and once
+// its container exists on the engine. It restarts the backend on the same
+// data and retries the create with the same Idempotency-Key, as a client
+// whose answer got lost would: the retry replays the interrupted create
+// (Idempotent-Replayed, the recorded id), and the result is exactly one
+// sandbox, running, with exactly one container.
 func TestKilledDuringCreate(t *testing.T) {
 	t.Parallel()
-	for _, delay := range []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond, 600 * time.Millisecond} {
-		t.Run(delay.String(), func(t *testing.T) {
+	for _, point := range []string{"record", "container"} {
+		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			data := filepath.Join(root, "data")
-			tokens := filepath.Join(root, "tokens.json")
-			if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+tokA+`","account":"acct-a","scopes":["services:read","services:write"]}]}`), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			tokens := writeTokens(t, root)
 			p := startProcess(t, data, tokens, "")
 			c := newClient(t, "http://"+p.addr+"/v1")
-			key := fmt.Sprintf("kill-%d", time.Now().UnixNano())
+			key := fmt.Sprintf("kill-%s-%d", point, time.Now().UnixNano())
 			body := map[string]any{"labels": map[string]string{"fault": key}}
-			go c.Raw("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
-			time.Sleep(delay)
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				c.Raw("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
+			}()
+
+			// Wait for the point, then kill at once.
+			var id string
+			deadline := time.Now().Add(2 * time.Minute)
+			for id == "" || (point == "container" && instanceContainers(t, data) == 0) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the create never reached the %s point", point)
+				}
+				if id == "" {
+					id = recordWithKey(t, data, key)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			p.kill()
+			<-sent
+			rec := readRecord(t, data, id)
+			if rec == nil {
+				t.Fatalf("the record %s the create wrote is gone after the kill", id)
+			}
+			t.Logf("killed with the record %s in status %s; %d containers", id, rec.Status, instanceContainers(t, data))
+			if point == "record" && rec.Status != "pending" {
+				t.Logf("the container started before the kill landed (status %s): the record point became a later one", rec.Status)
+			}
 
 			startProcess(t, data, tokens, p.addr)
-			sb := apitest.DecodeData[apitest.Sandbox](t, c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key}))
+			r := c.Do("POST", "/sandboxes", tokA, body, map[string]string{"Idempotency-Key": key})
+			sb := apitest.DecodeData[apitest.Sandbox](t, r)
+			if sb.ID != id || r.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("the retry did not replay the interrupted create %s: %v (Idempotent-Replayed %q)", id, r, r.Header.Get("Idempotent-Replayed"))
+			}
 			c.WaitStatus(tokA, sb.ID, apitest.WaitTimeout, "running")
 			list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes?label=fault="+key, tokA, nil, nil))
 			if len(list) != 1 || list[0].ID != sb.ID {
@@ -148,6 +180,40 @@ func TestKilledDuringCreate(t *testing.T) {
 			c.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
 		})
 	}
+}
+
+// recordWithKey is the id of the sandbox record under data that carries
+// the Idempotency-Key, or "".
+func recordWithKey(t *testing.T, data, key string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(data, "records", "sandboxes"))
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if rec := readRecord(t, data, id); rec != nil && rec.IdempotencyKey == key {
+			return id
+		}
+	}
+	return ""
+}
+
+// readRecord reads one sandbox record (nil while it is being written).
+func readRecord(t *testing.T, data, id string) *store.Sandbox {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(data, "records", "sandboxes", id+".json"))
+	if err != nil {
+		return nil
+	}
+	var rec store.Sandbox
+	if json.Unmarshal(b, &rec) != nil {
+		return nil
+	}
+	return &rec
 }
 
 // TestTerraformConvergesAfterBackendKill runs `terraform apply` of three

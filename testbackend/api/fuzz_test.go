@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,13 +13,17 @@ import (
 	"testing"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
-// The fuzz targets drive the HTTP layer of a test-mode backend in process:
-// decoding and validation are the same as in real mode, and no engine is
-// needed. `go test` runs the seed corpus; `go test -fuzz=FuzzX` explores.
+// The fuzz targets drive two backends: a test-mode one in process (no
+// engine, fast) and the package's real-mode backend over HTTP, whose error
+// paths reach the engine and real sandboxes. `go test` runs the seed corpus
+// against both; `go test -fuzz=FuzzX` explores (make soak fuzzes the real
+// one for a bounded time). Every answer must be the documented envelope,
+// match openapi.yaml, and never be a 5xx.
 
 var (
 	fuzzOnce sync.Once
@@ -60,7 +66,8 @@ func fuzzServer(t testing.TB) (http.Handler, string) {
 }
 
 func fuzzRequest(method, target, body string) *http.Request {
-	r := httptest.NewRequest(method, "http://backend.test/", strings.NewReader(body))
+	r := httptest.NewRequest(http.MethodGet, "http://backend.test/", strings.NewReader(body))
+	r.Method = method // any string: the server must answer it with the envelope
 	r.URL = &url.URL{Path: target}
 	if i := strings.IndexByte(target, '?'); i >= 0 {
 		r.URL = &url.URL{Path: target[:i], RawQuery: target[i+1:]}
@@ -69,9 +76,118 @@ func fuzzRequest(method, target, body string) *http.Request {
 	return r
 }
 
+// fuzzTarget is one backend the inputs go to.
+type fuzzTarget struct {
+	name   string
+	mocked bool   // what its answers say in "mocked"
+	id     string // a running sandbox of account a
+	// send delivers the request; ok is false when no HTTP client could
+	// send it (an invalid method or a control character in the URL).
+	send func(t *testing.T, req *http.Request, body string) (res *http.Response, data []byte, ok bool)
+}
+
+var (
+	realFuzzOnce sync.Once
+	realFuzzID   string
+)
+
+// fuzzTargets are the test-mode backend and the real-mode one.
+func fuzzTargets(t *testing.T) []fuzzTarget {
+	t.Helper()
+	srv, id := fuzzServer(t)
+	mock := fuzzTarget{name: "test mode", mocked: true, id: id, send: func(_ *testing.T, req *http.Request, _ string) (*http.Response, []byte, bool) {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Result(), rec.Body.Bytes(), true
+	}}
+	c := realBackend(t)
+	realFuzzOnce.Do(func() {
+		// Not c.Running: the sandbox outlives the input that makes it (TestMain deletes it).
+		code, env := c.Raw("POST", "/sandboxes", tokA, map[string]any{"template": "python", "labels": map[string]string{"fuzz": "real"}}, nil)
+		var sb apitest.Sandbox
+		if code != http.StatusCreated || json.Unmarshal(env.Data, &sb) != nil {
+			return
+		}
+		c.WaitStatus(tokA, sb.ID, apitest.WaitTimeout, "running")
+		realFuzzID = sb.ID
+	})
+	if realFuzzID == "" {
+		t.Fatal("the real-mode fuzz sandbox did not start")
+	}
+	base := strings.TrimSuffix(c.Base, "/v1")
+	realMode := fuzzTarget{name: "real mode", id: realFuzzID, send: func(t *testing.T, req *http.Request, body string) (*http.Response, []byte, bool) {
+		if !strings.HasPrefix(req.URL.Path, "/") {
+			return nil, nil, false // an origin-form request line starts with "/"
+		}
+		out, err := http.NewRequest(req.Method, base+"/", strings.NewReader(body))
+		if err != nil {
+			return nil, nil, false
+		}
+		// A client sends the query as given; bytes no request line may
+		// carry go percent-encoded, as any real client would send them
+		// (net/http answers an unparseable request line itself, before
+		// any handler runs).
+		out.URL.Path, out.URL.RawQuery = req.URL.Path, wireQuery(req.URL.RawQuery)
+		out.Header = req.Header.Clone()
+		res, err := c.HTTP.Do(out)
+		if err != nil {
+			if strings.Contains(err.Error(), "invalid") {
+				return nil, nil, false
+			}
+			t.Fatalf("%s %q: %v", req.Method, req.URL, err)
+		}
+		defer res.Body.Close()
+		data, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, data, true
+	}}
+	return []fuzzTarget{mock, realMode}
+}
+
+// wireQuery percent-encodes the bytes of q that cannot appear in a
+// request line.
+func wireQuery(q string) string {
+	var b strings.Builder
+	for i := 0; i < len(q); i++ {
+		if c := q[i]; c <= ' ' || c >= 0x7f || c == '#' {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// fuzzDo sends one request to every target and checks every answer; it
+// returns the answers that were sent, by target name.
+func fuzzDo(t *testing.T, targets []fuzzTarget, build func(tg fuzzTarget) (*http.Request, string)) map[string]fuzzAnswer {
+	t.Helper()
+	out := map[string]fuzzAnswer{}
+	for _, tg := range targets {
+		req, body := build(tg)
+		res, data, ok := tg.send(t, req, body)
+		if !ok {
+			continue
+		}
+		if req.Method != http.MethodHead {
+			checkAnswer(t, tg, req, res, data)
+		}
+		out[tg.name] = fuzzAnswer{code: res.StatusCode, body: data}
+	}
+	return out
+}
+
+type fuzzAnswer struct {
+	code int
+	body []byte
+}
+
 // checkAnswer asserts the documented envelope: valid JSON, ok matching the
-// status, an UPPER_SNAKE code and a message on errors, never a 500.
-func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
+// status, an UPPER_SNAKE code and a message on errors, never a 5xx, and an
+// answer openapi.yaml allows.
+func checkAnswer(t *testing.T, tg fuzzTarget, req *http.Request, res *http.Response, data []byte) {
 	t.Helper()
 	var env struct {
 		OK     *bool           `json:"ok"`
@@ -82,19 +198,22 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.OK == nil {
-		t.Fatalf("status %d: not the envelope: %v %q", rec.Code, err, rec.Body.String())
+	if err := json.Unmarshal(data, &env); err != nil || env.OK == nil {
+		t.Fatalf("%s: status %d: not the envelope: %v %q", tg.name, res.StatusCode, err, data)
 	}
-	if rec.Code >= 500 {
-		t.Fatalf("server error %d: %s", rec.Code, rec.Body.String())
+	if res.StatusCode >= 500 {
+		t.Fatalf("%s: server error %d: %s", tg.name, res.StatusCode, data)
 	}
-	if *env.OK != (rec.Code < 300) || !env.Mocked {
-		t.Fatalf("status %d with ok=%v mocked=%v", rec.Code, *env.OK, env.Mocked)
+	if *env.OK != (res.StatusCode < 300) || env.Mocked != tg.mocked {
+		t.Fatalf("%s: status %d with ok=%v mocked=%v", tg.name, res.StatusCode, *env.OK, env.Mocked)
 	}
 	if !*env.OK {
 		if env.Error == nil || env.Error.Message == "" || strings.Trim(env.Error.Code, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != "" {
-			t.Fatalf("status %d: bad error %s", rec.Code, rec.Body.String())
+			t.Fatalf("%s: status %d: bad error %s", tg.name, res.StatusCode, data)
 		}
+	}
+	if err := apitest.Validate(req, res, data); err != nil {
+		t.Fatalf("%s: %s %q: %v\n%s", tg.name, req.Method, req.URL, err, apitest.Truncate(data, 2000))
 	}
 }
 
@@ -112,24 +231,30 @@ func FuzzCreateBody(f *testing.F) {
 	f.Add(`{"template":"node"}`, "key-1")
 	f.Add(`{}`, "bad\x01key")
 	f.Fuzz(func(t *testing.T, body, key string) {
-		srv, _ := fuzzServer(t)
-		rec := httptest.NewRecorder()
-		req := fuzzRequest("POST", "/v1/sandboxes", body)
-		if key != "" {
-			req.Header["Idempotency-Key"] = []string{key}
-		}
-		srv.ServeHTTP(rec, req)
-		checkAnswer(t, rec)
-		if rec.Code == 201 {
+		targets := fuzzTargets(t)
+		answers := fuzzDo(t, targets, func(fuzzTarget) (*http.Request, string) {
+			req := fuzzRequest("POST", "/v1/sandboxes", body)
+			if key != "" {
+				req.Header["Idempotency-Key"] = []string{key}
+			}
+			return req, body
+		})
+		for name, a := range answers {
+			if a.code != 201 {
+				continue
+			}
 			// Whatever was accepted reads back as a valid sandbox.
 			var env struct {
 				Data sbxpkg.View `json:"data"`
 			}
-			if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || !strings.HasPrefix(env.Data.ID, "sbx-") {
-				t.Fatalf("accepted create answered %s", rec.Body.String())
+			if err := json.Unmarshal(a.body, &env); err != nil || !strings.HasPrefix(env.Data.ID, "sbx-") {
+				t.Fatalf("%s: accepted create answered %s", name, a.body)
+			}
+			if name == "real mode" {
+				realBackend(t).Raw("DELETE", "/sandboxes/"+env.Data.ID, tokA, nil, nil)
 			}
 			if env.Data.TimeoutMs < sbxpkg.MinTimeoutMs || env.Data.TimeoutMs > sbxpkg.MaxTimeoutMs {
-				t.Fatalf("accepted timeout %d", env.Data.TimeoutMs)
+				t.Fatalf("%s: accepted timeout %d", name, env.Data.TimeoutMs)
 			}
 		}
 	})
@@ -144,11 +269,11 @@ func FuzzExecBodies(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		srv, id := fuzzServer(t)
+		targets := fuzzTargets(t)
 		for _, route := range []string{"/commands", "/run_code"} {
-			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes/"+id+route, body))
-			checkAnswer(t, rec)
+			fuzzDo(t, targets, func(tg fuzzTarget) (*http.Request, string) {
+				return fuzzRequest("POST", "/v1/sandboxes/"+tg.id+route, body), body
+			})
 		}
 	})
 }
@@ -161,27 +286,33 @@ func FuzzFilePaths(f *testing.F) {
 		f.Add(seed, "content")
 	}
 	f.Fuzz(func(t *testing.T, path, content string) {
-		srv, id := fuzzServer(t)
-		body, _ := json.Marshal(map[string]string{"path": path, "content": content})
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest("PUT", "/v1/sandboxes/"+id+"/files", string(body)))
-		checkAnswer(t, rec)
-		wrote := rec.Code == 200
-		if wrote && (!strings.HasPrefix(path, "/") || strings.IndexByte(path, 0) >= 0) {
-			t.Fatalf("accepted path %q", path)
+		targets := fuzzTargets(t)
+		raw, _ := json.Marshal(map[string]string{"path": path, "content": content})
+		body := string(raw)
+		wrote := fuzzDo(t, targets, func(tg fuzzTarget) (*http.Request, string) {
+			return fuzzRequest("PUT", "/v1/sandboxes/"+tg.id+"/files", body), body
+		})
+		for name, a := range wrote {
+			if a.code == 200 && (!strings.HasPrefix(path, "/") || strings.IndexByte(path, 0) >= 0) {
+				t.Fatalf("%s: accepted path %q", name, path)
+			}
 		}
 		// JSON carries text: invalid UTF-8 arrived as U+FFFD, in the path too.
 		sent, want := viaJSON(path), viaJSON(content)
-		rec = httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest("GET", "/v1/sandboxes/"+id+"/files?path="+url.QueryEscape(sent), ""))
-		checkAnswer(t, rec)
-		if wrote {
+		read := fuzzDo(t, targets, func(tg fuzzTarget) (*http.Request, string) {
+			return fuzzRequest("GET", "/v1/sandboxes/"+tg.id+"/files?path="+url.QueryEscape(sent), ""), ""
+		})
+		for name, w := range wrote {
+			if w.code != 200 {
+				continue
+			}
 			var env struct {
 				Data struct{ Content string } `json:"data"`
 			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &env)
-			if rec.Code != 200 || env.Data.Content != want {
-				t.Fatalf("read back %d %q, wrote %q", rec.Code, env.Data.Content, want)
+			r := read[name]
+			_ = json.Unmarshal(r.body, &env)
+			if r.code != 200 || env.Data.Content != want {
+				t.Fatalf("%s: read back %d %q, wrote %q", name, r.code, env.Data.Content, want)
 			}
 		}
 	})
@@ -205,18 +336,10 @@ func FuzzRoutes(f *testing.F) {
 		f.Add("POST", seed)
 	}
 	f.Fuzz(func(t *testing.T, method, target string) {
-		if method == "" || strings.ContainsAny(method, " \t\r\n") || method == "CONNECT" {
-			return
-		}
-		srv, _ := fuzzServer(t)
-		if _, err := http.NewRequest(method, "http://backend.test/", nil); err != nil {
-			return // not a method a client can send
-		}
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, fuzzRequest(method, target, "{}"))
-		if method == "HEAD" {
-			return
-		}
-		checkAnswer(t, rec)
+		// Every method string reaches the handler in process (the real
+		// backend only gets what a client can send); HEAD has no body.
+		fuzzDo(t, fuzzTargets(t), func(fuzzTarget) (*http.Request, string) {
+			return fuzzRequest(method, target, "{}"), "{}"
+		})
 	})
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ func realBackend(t *testing.T) *client {
 			return
 		}
 		sharedDir = dir
-		shared, sharedErr = startBackend(dir, testbackend.Config{})
+		shared, sharedErr = startBackend(dir, testbackend.Config{Ephemeral: true})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start backend: %v", sharedErr)
@@ -74,6 +75,10 @@ func TestMain(m *testing.M) {
 	}
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), 0, tokA, tokB)
+		if n := apitest.RawMismatches.Load(); n > 0 && code == 0 {
+			fmt.Fprintf(os.Stderr, "%d cleanup answers did not match openapi.yaml\n", n)
+			code = 1
+		}
 		shared.Close()
 	}
 	if sharedDir != "" {

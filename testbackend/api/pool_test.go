@@ -12,8 +12,10 @@ import (
 
 // TestWarmPool: a create from a template claims a warm container and
 // answers running at once; the pool refills; claimed containers are never
-// handed out again, carry the sandbox's env, and outlive a restart, while
-// idle warm containers go at shutdown and the next start fills the pool anew.
+// handed out again and outlive a restart, while idle warm containers go at
+// shutdown and the next start fills the pool anew. A create with env never
+// claims one: its container starts with the values, so that the record
+// need not keep them (see TestEnvValuesLeaveTheRecord).
 func TestWarmPool(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -31,15 +33,20 @@ func TestWarmPool(t *testing.T) {
 	if list := apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokA, nil, nil)); len(list) != 0 {
 		t.Fatalf("warm containers listed: %+v", list)
 	}
-	first := c.Create(tokA, map[string]any{"template": "python", "env": map[string]string{"SECRET_HASH": "abc"}})
+	withEnv := c.Create(tokA, map[string]any{"template": "python", "env": map[string]string{"SECRET_HASH": "abc"}})
+	if withEnv.Status != "pending" {
+		t.Fatalf("a sandbox with env came from the pool: %+v", withEnv)
+	}
+	first := c.Create(tokA, map[string]any{"template": "python"})
 	if first.Status != "running" {
 		t.Fatalf("claimed sandbox is %s, want running at once", first.Status)
 	}
-	out := c.command(first.ID, `echo "$SECRET_HASH"; id -u`)
-	if out.Stdout != "abc\n10001\n" {
+	out := c.command(first.ID, `echo "[$SECRET_HASH]"; id -u`)
+	if out.Stdout != "[]\n10001\n" {
 		t.Fatalf("claimed sandbox: %+v", out)
 	}
-	r := c.Do("POST", "/sandboxes/"+first.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "import os; print(os.environ['SECRET_HASH'])"}, nil)
+	c.WaitStatus(tokA, withEnv.ID, apitest.WaitTimeout, "running")
+	r := c.Do("POST", "/sandboxes/"+withEnv.ID+"/run_code", tokA, map[string]any{"language": "python", "code": "import os; print(os.environ['SECRET_HASH'])"}, nil)
 	if res := apitest.DecodeData[apitest.ExecResult](t, r); res.Stdout != "abc\n" {
 		t.Fatalf("env in run_code: %+v", res)
 	}
@@ -94,7 +101,7 @@ func TestWarmPool(t *testing.T) {
 	if kept != 2 || len(after) != 5 {
 		t.Errorf("after restart: %d of the old pool containers kept (want the 2 claimed), %d in all (want 5)", kept, len(after))
 	}
-	for _, id := range []string{first.ID, second.ID, job.ID} {
+	for _, id := range []string{first.ID, second.ID, job.ID, withEnv.ID} {
 		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
 	}
 	if n := len(poolContainers(ctx, t, dir)); n != 3 {

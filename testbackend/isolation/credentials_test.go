@@ -1,12 +1,16 @@
 package isolation
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
 )
 
 // secretScanScript walks the whole file system (not /proc, /sys, /dev
@@ -80,10 +84,13 @@ func TestNoCredentialsInside(t *testing.T) {
 	needles := []string{tokA, tokB, canary, sharedDir, engineSock, "/run/rarecloud", "/var/lib/rarecloud"}
 
 	t.Run("environment", func(t *testing.T) {
-		out := ok(t, "env", c.command(sb, "env; echo ---; tr '\\0' '\\n' < /proc/1/environ", 10000))
+		// pid 1 (the agent) is not dumpable, so its environ is closed to
+		// sandbox code; what it holds is checked on the engine's side.
+		out := ok(t, "env", c.command(sb, "env; echo ---; tr '\\0' '\\n' < /proc/1/environ 2>&1; echo ---", 10000))
 		if !strings.Contains(out, "MY_SETTING=visible-"+canary[len(canary)-4:]) {
 			t.Fatalf("the sandbox's own env var is missing (control):\n%s", out)
 		}
+		out += strings.Join(mainProcessEnv(t, sb), "\n")
 		for _, n := range append(needles, canaryEnv, "DOCKER", "RARECLOUD_TOKEN", "rc_pat_") {
 			if strings.Contains(out, n) {
 				t.Errorf("environment holds %q:\n%s", n, out)
@@ -154,4 +161,29 @@ func TestNoCredentialsInside(t *testing.T) {
 			t.Errorf("engine-related names in the sandbox: %v", s.Names)
 		}
 	})
+}
+
+// mainProcessEnv is the environment the engine gives a sandbox's main
+// process (the agent).
+func mainProcessEnv(t *testing.T, id string) []string {
+	t.Helper()
+	cid := containerIDs(t)[id]
+	if cid == "" {
+		t.Fatalf("no container for %s", id)
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(engineHost()), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := cli.ContainerInspect(ctx, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config == nil || !slices.ContainsFunc(info.Config.Env, func(e string) bool { return strings.HasPrefix(e, "MY_SETTING=") }) {
+		t.Fatalf("the engine shows no MY_SETTING for %s (control): %+v", id, info.Config)
+	}
+	return info.Config.Env
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -70,6 +71,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), time.Minute, tokA, tokB)
+		if n := apitest.RawMismatches.Load(); n > 0 && code == 0 {
+			fmt.Fprintf(os.Stderr, "%d cleanup answers did not match openapi.yaml\n", n)
+			code = 1
+		}
 		_ = shared.Close()
 	}
 	if sharedLog != nil {
@@ -129,7 +134,12 @@ func backend(t *testing.T) *apiClient {
 			return
 		}
 		logger := slog.New(slog.NewTextHandler(sharedLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		shared, sharedErr = startBackend(filepath.Join(sharedDir, "data"), testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk, Logger: logger})
+		// The agent of this tree, not whichever make setup installed last.
+		var agentPath string
+		if agentPath, sharedErr = buildAgent(sharedDir, agentPkg); sharedErr != nil {
+			return
+		}
+		shared, sharedErr = startBackend(filepath.Join(sharedDir, "data"), testbackend.Config{HomeBytes: smallDisk, TmpBytes: smallDisk, Logger: logger, Agent: agentPath, Ephemeral: true})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start backend: %v", sharedErr)
@@ -191,4 +201,24 @@ func failed(t *testing.T, what string, r apitest.ExecResult) {
 	if r.ExitCode == nil || *r.ExitCode == 0 {
 		t.Fatalf("%s: want a failure, got %v", what, r)
 	}
+}
+
+// The sandbox agent's command, and a variant without its PR_SET_DUMPABLE
+// protection (testdata) for tests of the backend's own defences.
+const (
+	agentPkg         = "./testbackend/cmd/rarecloud-agent"
+	dumpableAgentPkg = "./testbackend/isolation/testdata/dumpable-agent"
+)
+
+// buildAgent builds a static agent binary from pkg (relative to the module
+// root) into dir.
+func buildAgent(dir, pkg string) (string, error) {
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
 }

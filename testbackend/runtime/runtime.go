@@ -53,7 +53,7 @@ type Spec struct {
 type ExecRequest struct {
 	Cmd       []string          // argv; the caller wraps shell commands in sh -c
 	Stdin     io.Reader         // optional
-	Env       map[string]string // added to the container's environment; a claimed warm container gets its sandbox's env this way
+	Env       map[string]string // added to the container's environment for this process
 	Timeout   time.Duration     // killed after this; 0 means no limit
 	MaxOutput int               // per stream; output beyond it is drained and dropped
 }
@@ -74,6 +74,8 @@ type ExecResult struct {
 type Exit struct {
 	Code int
 	Err  error // set when waiting failed (engine gone, container removed)
+	// Reason is set when the runtime itself ended the container, and says why.
+	Reason string
 }
 
 // Container describes one owned container found on the engine.

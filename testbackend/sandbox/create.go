@@ -190,6 +190,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		Entrypoint: req.Entrypoint,
 		Cmd:        req.Cmd,
 		Env:        req.Env,
+		EnvKeys:    sortedKeys(req.Env),
 		Labels:     req.Labels,
 	}
 	if idem != nil {
@@ -198,7 +199,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	if m.cfg.Mode == ModeTest {
 		// Test mode: no container; the sandbox runs at once, and a run-mode
 		// program "exits" at once without executing anything.
-		sb.Status = StatusRunning
+		sb.Status, sb.Env = StatusRunning, nil
 		if sb.RunMode {
 			code := 0
 			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
@@ -310,6 +311,9 @@ func (m *Manager) started(id, cid string, startErr error) {
 	}
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
+	// The container holds the environment now (every exec inherits it):
+	// the values, secrets among them, leave the record.
+	sb.Env = nil
 	_ = m.persistLocked(sb)
 	m.notifyLocked(id)
 	m.watchLocked(sb)

@@ -157,14 +157,14 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 			m.containerGone(id, exit.Err)
 			return
 		}
-		m.exited(id, cid, exit.Code)
+		m.exited(id, cid, exit.Code, exit.Reason)
 	}()
 }
 
 // exited records how a container's main process ended. In run mode that
 // is the result; otherwise the keepalive died (out of memory, killed) and
 // the sandbox is terminated.
-func (m *Manager) exited(id, cid string, code int) {
+func (m *Manager) exited(id, cid string, code int, why string) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
@@ -204,7 +204,10 @@ func (m *Manager) exited(id, cid string, code int) {
 		m.endLocked(sb, StatusExited, &c, "", string(logs))
 	} else {
 		reason := fmt.Sprintf("the sandbox's main process ended with code %d", code)
-		if code == 137 {
+		switch {
+		case why != "":
+			reason = why
+		case code == 137:
 			reason += " (killed, for example for using more memory than its template allows)"
 		}
 		m.endLocked(sb, StatusTerminated, nil, reason, "")
@@ -397,7 +400,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, a := range collect {
-		m.exited(a.sb.ID, a.c.ID, a.c.ExitCode)
+		m.exited(a.sb.ID, a.c.ID, a.c.ExitCode, "")
 	}
 	// Removal above must finish before a new container takes the name.
 	m.mu.Lock()

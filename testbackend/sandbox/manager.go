@@ -215,7 +215,7 @@ func view(sb *store.Sandbox) View {
 		Entrypoint:        sb.Entrypoint,
 		Cmd:               sb.Cmd,
 		Labels:            map[string]string{},
-		EnvKeys:           sortedKeys(sb.Env),
+		EnvKeys:           envKeys(sb),
 		TerminationReason: sb.TerminationReason,
 	}
 	for k, val := range sb.Labels {
@@ -409,4 +409,13 @@ func (m *Manager) mapRuntimeErr(id string, err error) error {
 	default:
 		return errorf(CodeInternal, "sandbox %s: %v", id, strings.TrimSpace(err.Error()))
 	}
+}
+
+// envKeys are the names of the sandbox's environment variables; records
+// written before EnvKeys existed have only Env.
+func envKeys(sb *store.Sandbox) []string {
+	if sb.EnvKeys != nil {
+		return sb.EnvKeys
+	}
+	return sortedKeys(sb.Env)
 }

@@ -21,10 +21,12 @@ type warmPool struct {
 	backoff time.Duration   // after a failed start, wait before trying again
 }
 
-// claimLocked takes a warm container for the request, or returns "".
+// claimLocked takes a warm container for the request, or returns "". A
+// request with environment variables never gets one: its container must
+// start with them, so that the record need not keep their values.
 func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
-	if p == nil || len(p.ready) == 0 || image != tpl.Image || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 {
+	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 {
 		return ""
 	}
 	cid := p.ready[0]

@@ -158,6 +158,9 @@ func TestValidateCreate(t *testing.T) {
 	}
 }
 
+// TestExpiryAndRetentionInTestMode: a sandbox whose lifetime ends and an
+// exited job whose retention ends both go, records included; both existed
+// (readable, on disk) before.
 func TestExpiryAndRetentionInTestMode(t *testing.T) {
 	st, err := store.Open(t.TempDir())
 	if err != nil {
@@ -168,19 +171,41 @@ func TestExpiryAndRetentionInTestMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	short, _ := m.Create(context.Background(), "acct", "", CreateRequest{TimeoutMs: ptr(int64(MinTimeoutMs))})
-	job, _ := m.Create(context.Background(), "acct", "", CreateRequest{Run: true})
-	if _, err := m.Get("acct", job.Sandbox.ID); err != nil {
-		t.Fatal("exited job not readable right away")
+	short, err := m.Create(context.Background(), "acct", "", CreateRequest{TimeoutMs: ptr(int64(MinTimeoutMs))})
+	if err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	job, err := m.Create(context.Background(), "acct", "", CreateRequest{Run: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{short.Sandbox.ID, job.Sandbox.ID} {
-		var e *Error
-		if _, err := m.Get("acct", id); !errors.As(err, &e) || e.Code != CodeNotFound {
-			t.Errorf("%s still there: %v", id, err)
+		if _, err := m.Get("acct", id); err != nil {
+			t.Fatalf("%s not readable right after its create: %v", id, err)
 		}
 	}
-	recs, _ := st.Sandboxes()
+	if recs, err := st.Sandboxes(); err != nil || len(recs) != 2 {
+		t.Fatalf("records on disk after the creates: %d (%v), want 2", len(recs), err)
+	}
+	// Gone once their time is up: waited for, not slept on.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range []string{short.Sandbox.ID, job.Sandbox.ID} {
+		for {
+			var e *Error
+			_, err := m.Get("acct", id)
+			if errors.As(err, &e) && e.Code == CodeNotFound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still there 30 s after its time was up: %v", id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	recs, err := st.Sandboxes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(recs) != 0 {
 		t.Errorf("%d records left on disk", len(recs))
 	}

@@ -17,18 +17,21 @@ import (
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID                string            `json:"id"`
-	Account           string            `json:"account"`
-	Status            string            `json:"status"`
-	Template          string            `json:"template"`
-	Image             string            `json:"image"`
-	CreatedAt         time.Time         `json:"createdAt"`
-	TimeoutMs         int64             `json:"timeoutMs"`
-	ExpiresAt         time.Time         `json:"expiresAt"`
-	RunMode           bool              `json:"runMode"`
-	Entrypoint        []string          `json:"entrypoint,omitempty"`
-	Cmd               []string          `json:"cmd,omitempty"`
+	ID         string    `json:"id"`
+	Account    string    `json:"account"`
+	Status     string    `json:"status"`
+	Template   string    `json:"template"`
+	Image      string    `json:"image"`
+	CreatedAt  time.Time `json:"createdAt"`
+	TimeoutMs  int64     `json:"timeoutMs"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	RunMode    bool      `json:"runMode"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Cmd        []string  `json:"cmd,omitempty"`
+	// Env holds values only until the container has started with them
+	// (a start cut short is started again from the record); EnvKeys stays.
 	Env               map[string]string `json:"env,omitempty"`
+	EnvKeys           []string          `json:"envKeys,omitempty"`
 	Labels            map[string]string `json:"labels,omitempty"`
 	ExitCode          *int              `json:"exitCode,omitempty"`
 	EndedAt           *time.Time        `json:"endedAt,omitempty"`

@@ -11,10 +11,20 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 )
 
 func main() {
+	// Sandbox code runs as the same user: without this it could open
+	// /proc/1/fd/0 and /proc/1/fd/1 and write into, or read from, the
+	// channel between the backend and the agent. A process that is not
+	// dumpable has its /proc entries owned by root and cannot be traced.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "rarecloud-agent: PR_SET_DUMPABLE:", err)
+		os.Exit(1)
+	}
 	agent.Reap()
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)

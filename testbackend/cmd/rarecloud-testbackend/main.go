@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 )
 
 func main() {
@@ -30,6 +31,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("rarecloud-testbackend", flag.ContinueOnError)
 	var cfg testbackend.Config
 	var logLevel string
+	var reap bool
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve the API on (under /v1)")
 	fs.StringVar(&cfg.DataDir, "data", testbackend.DefaultDataDir(), "directory for records; they survive a restart")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", `JSON file {"tokens":[{"token","account","scopes"}]}; without it a development token is created in DATA/dev-token`)
@@ -42,6 +44,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account before the API answers 429 with Retry-After")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&reap, "reap", false, "remove the containers of backends that are gone for good (lease free, data directory deleted), then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: rarecloud-testbackend [flags]\n\nEvery flag can also be set as RARECLOUD_TESTBACKEND_<FLAG>.\n\n")
 		fs.PrintDefaults()
@@ -64,6 +67,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if reap {
+		return reapOrphans(ctx, cfg.DockerHost, log)
+	}
 	b, err := testbackend.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -95,5 +101,17 @@ func envDefaults(fs *flag.FlagSet) error {
 			}
 		}
 	})
+	return err
+}
+
+// reapOrphans is --reap: what a starting backend does first, alone.
+func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
+	d, err := runtime.NewDocker(runtime.DockerOptions{Host: host, Instance: "reaper"})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	n, err := testbackend.ReapOrphans(ctx, d, log)
+	log.Info("reaped the containers of backends that are gone", "containers", n)
 	return err
 }

@@ -11,18 +11,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"sync"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
-
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 )
 
 // WaitTimeout is how long Running waits for a sandbox to run.
@@ -56,8 +51,15 @@ func StartBackend(dir string, cfg testbackend.Config, checkEngine bool) (*testba
 	return b, nil
 }
 
-// DeleteAll deletes the sandboxes of tokens on the backend at base; it is
-// for cleanup and reports nothing. timeout bounds each request (0: none).
+// RawMismatches counts answers to DeleteAll that did not match
+// openapi.yaml; a TestMain that calls DeleteAll fails the run when it is
+// not zero.
+var RawMismatches atomic.Int64
+
+// DeleteAll deletes the sandboxes of tokens on the backend at base, for
+// cleanup: failed requests are no error, answers that do not match
+// openapi.yaml are counted in RawMismatches. timeout bounds each request
+// (0: none).
 func DeleteAll(base string, timeout time.Duration, tokens ...string) {
 	c := &Client{Base: base, HTTP: &http.Client{Timeout: timeout}}
 	for _, tok := range tokens {
@@ -73,64 +75,9 @@ func DeleteAll(base string, timeout time.Duration, tokens ...string) {
 	}
 }
 
-var (
-	specOnce   sync.Once
-	specRouter routers.Router
-	specDoc    *openapi3.T
-	specErr    error
-)
-
-func loadSpec() (*openapi3.T, routers.Router, error) {
-	specOnce.Do(func() {
-		specDoc, specErr = openapi3.NewLoader().LoadFromData(api.OpenAPI)
-		if specErr != nil {
-			return
-		}
-		if specErr = specDoc.Validate(context.Background()); specErr != nil {
-			return
-		}
-		// Any host: the backend listens on a random port.
-		specDoc.Servers = openapi3.Servers{{URL: "/v1"}}
-		specRouter, specErr = legacy.NewRouter(specDoc)
-	})
-	return specDoc, specRouter, specErr
-}
-
-// Validate checks an answer against openapi.yaml. An answer to a request
-// the description has no route for must still be the error envelope.
+// Validate checks an answer against openapi.yaml (see apispec.Validate).
 func Validate(req *http.Request, resp *http.Response, body []byte) error {
-	doc, router, err := loadSpec()
-	if err != nil {
-		return fmt.Errorf("openapi.yaml: %w", err)
-	}
-	vreq := req.Clone(context.Background())
-	vreq.URL = &url.URL{Path: req.URL.Path, RawQuery: req.URL.RawQuery}
-	vreq.Host = ""
-	route, params, err := router.FindRoute(vreq)
-	if err != nil {
-		var v any
-		if jerr := json.Unmarshal(body, &v); jerr != nil {
-			return fmt.Errorf("not JSON: %w", jerr)
-		}
-		if verr := doc.Components.Schemas["ErrorEnvelope"].Value.VisitJSON(v); verr != nil {
-			return fmt.Errorf("answer is not the error envelope: %w", verr)
-		}
-		return nil
-	}
-	input := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{
-			Request: vreq, PathParams: params, Route: route,
-			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
-		},
-		Status:  resp.StatusCode,
-		Header:  resp.Header,
-		Options: &openapi3filter.Options{IncludeResponseStatus: true},
-	}
-	input.SetBodyBytes(body)
-	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
-		return fmt.Errorf("answer does not match openapi.yaml: %w", err)
-	}
-	return nil
+	return apispec.Validate(req, resp.StatusCode, resp.Header, body)
 }
 
 // Truncate shortens b to n bytes for a message.
@@ -311,16 +258,25 @@ func (c *Client) Do(method, path, token string, body any, hdr map[string]string)
 	return Response{Status: resp.StatusCode, Header: resp.Header, Env: env, Elapsed: elapsed}
 }
 
-// Raw is Do without validation or a test, for cleanup.
+// Raw is Do for cleanup and for requests that may get no answer (a
+// backend killed under them): a request that fails is no error, but an
+// answer that comes back must still match openapi.yaml (reported with
+// Errorf, so Raw may run in cleanups and, while the test runs, in other
+// goroutines).
 func (c *Client) Raw(method, path, token string, body any, hdr map[string]string) (int, Envelope) {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+	if c.T != nil {
+		c.T.Helper()
 	}
-	req, err := http.NewRequest(method, c.Base+path, rd)
+	var raw []byte
+	if body != nil {
+		raw, _ = json.Marshal(body)
+	}
+	req, err := http.NewRequest(method, c.Base+path, bytes.NewReader(raw))
 	if err != nil {
 		return 0, Envelope{}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	for k, v := range hdr {
@@ -331,8 +287,20 @@ func (c *Client) Raw(method, path, token string, body any, hdr map[string]string
 		return 0, Envelope{}
 	}
 	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, Envelope{}
+	}
+	if verr := Validate(req, resp, data); verr != nil {
+		if c.T == nil { // DeleteAll, after the tests: say so, the run fails
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n%s\n", method, path, verr, Truncate(data, 2000))
+			RawMismatches.Add(1)
+		} else {
+			c.T.Errorf("%s %s: %v\n%s", method, path, verr, Truncate(data, 2000))
+		}
+	}
 	var env Envelope
-	_ = json.NewDecoder(resp.Body).Decode(&env)
+	_ = json.Unmarshal(data, &env)
 	return resp.StatusCode, env
 }
 

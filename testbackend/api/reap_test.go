@@ -1,0 +1,156 @@
+package api_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+// instanceContainers counts the containers of the backend on data.
+func instanceContainers(t *testing.T, data string) int {
+	t.Helper()
+	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs)
+}
+
+// writeTokens writes the tokens file a backend process reads.
+func writeTokens(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(path, []byte(`{"tokens":[{"token":"`+tokA+`","account":"acct-a","scopes":["services:read","services:write"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDeadBackendIsReaped: a backend killed with SIGKILL whose data
+// directory is then deleted leaves nothing behind once another backend
+// starts. Controls, on the same engine at the same time: a killed backend
+// whose data directory is still there keeps its containers (it may start
+// again on its records), and a live backend keeps its containers even
+// with its data directory gone (its lease is held).
+//
+// An ephemeral backend (a test run's shared one) is reaped once it is gone
+// even with its data directory left behind.
+func TestDeadBackendIsReaped(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	tokens := writeTokens(t, root)
+	withSandbox := func(name string) (*process, string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data := filepath.Join(root, name, "data")
+		p := startProcess(t, data, tokens, "")
+		c := newClient(t, "http://"+p.addr+"/v1")
+		c.Running(tokA, map[string]any{})
+		if n := instanceContainers(t, data); n != 1 {
+			t.Fatalf("%s backend: %d containers, want 1", name, n)
+		}
+		return p, data
+	}
+	ephemeralData := ephemeralLeftover(t, root)
+	dead, deadData := withSandbox("dead")
+	kept, keptData := withSandbox("kept")
+	live, liveData := withSandbox("live")
+
+	dead.kill()
+	kept.kill()
+	if err := os.RemoveAll(deadData); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(liveData); err != nil {
+		t.Fatal(err)
+	}
+	if n := instanceContainers(t, deadData); n != 1 {
+		t.Fatalf("before another backend starts, the dead one has %d containers, want its 1", n)
+	}
+
+	b, err := startBackend(filepath.Join(root, "next"), testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if n := instanceContainers(t, deadData); n != 0 {
+		t.Errorf("the dead backend's containers outlived it: %d left after another backend started", n)
+	}
+	if n := instanceContainers(t, ephemeralData); n != 0 {
+		t.Errorf("a dead ephemeral backend's containers outlived it: %d left", n)
+	}
+	if n := instanceContainers(t, keptData); n != 1 {
+		t.Errorf("a killed backend whose data directory stays lost its containers: %d, want 1", n)
+	}
+	if n := instanceContainers(t, liveData); n != 1 {
+		t.Errorf("a live backend lost its containers: %d, want 1", n)
+	}
+
+	// Clean up through the reaper as well: once the others are gone for
+	// good, a reap removes theirs.
+	live.kill()
+	if err := os.RemoveAll(keptData); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := b.Runtime().(*runtime.Docker)
+	if !ok {
+		t.Fatalf("runtime %T", b.Runtime())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{keptData, liveData} {
+		if n := instanceContainers(t, data); n != 0 {
+			t.Errorf("%s: %d containers left after the reap", data, n)
+		}
+	}
+}
+
+// ephemeralLeftover is what a killed test binary leaves: an ephemeral
+// backend's lease, not held, its data directory still there, and a
+// container of its instance. It returns the data directory.
+func ephemeralLeftover(t *testing.T, root string) string {
+	t.Helper()
+	data := filepath.Join(root, "ephemeral", "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inst := testbackend.InstanceID(data)
+	if err := os.MkdirAll(testbackend.InstancesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(testbackend.InstancesDir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: inst, Network: runtime.NetworkNone, PullPolicy: "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := rt.Start(ctx, runtime.Spec{Image: sbxpkg.ImageBase, Labels: map[string]string{runtime.LabelSandboxID: "sbx-ephemeral"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if n := instanceContainers(t, data); n != 1 {
+		t.Fatalf("ephemeral leftover: %d containers, want 1", n)
+	}
+	return data
+}
