@@ -24,7 +24,9 @@ type warmPool struct {
 // claimLocked takes a warm container for the request, or returns "".
 func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
-	if p == nil || len(p.ready) == 0 || image != tpl.Image || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 {
+	// A restricted sandbox starts cold: its rules are keyed on an address
+	// chosen before its container exists (egress_start.go).
+	if p == nil || len(p.ready) == 0 || image != tpl.Image || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
 		return ""
 	}
 	cid := p.ready[0]
