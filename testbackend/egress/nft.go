@@ -18,8 +18,8 @@ import (
 // final whatever later chains would accept:
 //
 //   - set deny holds the addresses of DENY_ALL sandboxes: everything new
-//     from them is refused, forwarded (the internet) and to the host (the
-//     sandboxes' DNS forwarder on the gateway included);
+//     from them is refused, forwarded (the internet) and to the host; their
+//     UDP DNS goes to the backend's forwarder, which refuses it at once;
 //   - set listed holds the ALLOW_LIST sandboxes: a new forwarded connection
 //     passes only when "sandbox . destination" is in set allowed, which the
 //     backend's DNS forwarder fills from the answers for allowed names, each
@@ -43,6 +43,7 @@ func (c *Controller) ruleset(deny, listed []netip.Addr) string {
 	b.WriteString("  chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject with icmpx type admin-prohibited\n  }\n")
 	br := quote(c.cfg.Bridge)
 	fmt.Fprintf(&b, "  chain input {\n    type filter hook input priority -10; policy accept;\n")
+	fmt.Fprintf(&b, "    iifname %s ip saddr @deny ip daddr %s udp dport %d ct status dnat return\n", br, c.cfg.Gateway, c.port)
 	fmt.Fprintf(&b, "    iifname %s ip saddr @deny ct state != { established, related } jump refuse\n  }\n", br)
 	fmt.Fprintf(&b, "  chain forward {\n    type filter hook forward priority -10; policy accept;\n")
 	fmt.Fprintf(&b, "    iifname %s ip saddr @deny ct state != { established, related } jump refuse\n", br)
@@ -51,6 +52,9 @@ func (c *Controller) ruleset(deny, listed []netip.Addr) string {
 	for _, proto := range []string{"udp", "tcp"} {
 		fmt.Fprintf(&b, "    iifname %s ip saddr @listed ip daddr %s %s dport 53 dnat ip to %s:%d\n", br, c.cfg.Gateway, proto, c.cfg.Gateway, c.port)
 	}
+	// DENY_ALL: the forwarder refuses every query at once (an ICMP error
+	// for UDP leaves resolvers waiting for their timeout); TCP gets a reset.
+	fmt.Fprintf(&b, "    iifname %s ip saddr @deny ip daddr %s udp dport 53 dnat ip to %s:%d\n", br, c.cfg.Gateway, c.cfg.Gateway, c.port)
 	b.WriteString("  }\n}\n")
 	return b.String()
 }
