@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
@@ -79,6 +81,32 @@ func TestVCPULimit(t *testing.T) {
 		t.Fatalf("acct-a uses %v vCPUs, want 3 (python and base; the exited job holds none)", used)
 	}
 	_ = py
+}
+
+// TestVCPULimitWarmPool: warm-pool containers count for nobody: with a
+// full pool an account whose limit fits one base sandbox still creates
+// one (from the pool), then no more, while another account can.
+func TestVCPULimitWarmPool(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{PoolSize: 1, VCPULimit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { apitest.DeleteAll(b.URL(), time.Minute, tokA, tokB); b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := b.Manager().WaitPoolFull(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, b.URL())
+	if used, _ := b.Manager().VCPUUsage("acct-a"); used != 0 {
+		t.Fatalf("with only warm containers acct-a uses %v vCPUs", used)
+	}
+	if sb := c.Create(tokA, map[string]any{"template": "base"}); sb.Status != "running" {
+		t.Fatalf("the first base sandbox did not come from the pool: %s", sb.Status)
+	}
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"template": "base"}, nil), http.StatusConflict, sandbox.CodeVCPULimitExceeded)
+	c.Create(tokB, map[string]any{"template": "base"})
 }
 
 // TestVCPULimitSettings: bad per-account limits stop the backend at start.

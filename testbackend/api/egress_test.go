@@ -143,4 +143,20 @@ func TestEgressControlOff(t *testing.T) {
 	if _, err := startBackend(t.TempDir(), testbackend.Config{EgressControl: "maybe"}); err == nil || !strings.Contains(err.Error(), "auto, on or off") {
 		t.Fatalf("a bad egress-control setting: %v", err)
 	}
+
+	// "auto" on a backend that cannot enforce (no sandbox network) says why;
+	// "on" there refuses to start.
+	none, err := startBackend(t.TempDir(), testbackend.Config{Network: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { none.Close() })
+	msg := apitest.ExpectErr(t, newClient(t, none.URL()).Do("POST", "/sandboxes", tokA, map[string]any{"egressMode": "DENY_ALL"}, nil), http.StatusBadRequest, sandbox.CodeEgressControlUnavailable)
+	if !strings.Contains(msg, "no network") {
+		t.Fatalf("message %q does not say why", msg)
+	}
+	if b, err := startBackend(t.TempDir(), testbackend.Config{Network: "none", EgressControl: testbackend.EgressOn}); err == nil {
+		b.Close()
+		t.Fatal("egress control on, without a sandbox network: the backend started")
+	}
 }
