@@ -72,6 +72,8 @@ type Controller struct {
 	// restricted sandboxes, so a backend that never had one (or has none
 	// left) leaves no trace in the kernel.
 	tableUp bool
+	// run loads an nft script (tests look at the scripts instead).
+	run func(ctx context.Context, script string) error
 }
 
 // entry is one restricted sandbox.
@@ -108,6 +110,7 @@ func Start(cfg Config) (*Controller, error) {
 		byID:     map[string]*entry{},
 		byIP:     map[netip.Addr]*entry{},
 		reserved: map[netip.Addr]time.Time{},
+		run:      nft,
 	}
 	for _, s := range builtinBlocked {
 		c.blocked = append(c.blocked, netip.MustParsePrefix(s))
@@ -229,7 +232,7 @@ func (c *Controller) Apply(ctx context.Context, p sandbox.EgressPolicy) error {
 		}
 	}
 	c.addSource(&b, e.mode, e.ip)
-	if err := nft(ctx, b.String()); err != nil {
+	if err := c.run(ctx, b.String()); err != nil {
 		return err
 	}
 	c.byID[e.id], c.byIP[e.ip] = e, e
@@ -241,7 +244,7 @@ func (c *Controller) Apply(ctx context.Context, p sandbox.EgressPolicy) error {
 // transaction, or removes it when there are none.
 func (c *Controller) loadLocked(ctx context.Context) error {
 	if len(c.byID) == 0 {
-		if err := DeleteTable(ctx, c.cfg.Table); err != nil {
+		if err := c.run(ctx, deleteTable(c.cfg.Table)); err != nil {
 			return err
 		}
 		c.tableUp = false
@@ -256,7 +259,7 @@ func (c *Controller) loadLocked(ctx context.Context) error {
 			listed = append(listed, e.ip)
 		}
 	}
-	if err := nft(ctx, c.ruleset(deny, listed)); err != nil {
+	if err := c.run(ctx, c.ruleset(deny, listed)); err != nil {
 		return err
 	}
 	c.tableUp = true
@@ -292,7 +295,7 @@ func (c *Controller) Release(ctx context.Context, sandboxID string) error {
 	if len(c.byID) == 0 {
 		err = c.loadLocked(ctx) // the last one: the table goes
 	} else {
-		err = nft(ctx, b.String())
+		err = c.run(ctx, b.String())
 	}
 	if err != nil {
 		// Keep it known, so a later Release or Sync retries.
@@ -358,7 +361,7 @@ func (c *Controller) allowAnswers(ctx context.Context, id string, ip netip.Addr,
 	for d, ttl := range addrs {
 		c.allowDest(&b, ip, d, ttl)
 	}
-	if err := nft(ctx, b.String()); err != nil {
+	if err := c.run(ctx, b.String()); err != nil {
 		return err
 	}
 	now := time.Now()

@@ -125,5 +125,10 @@ func nft(ctx context.Context, script string) error {
 
 // DeleteTable removes a table (tests, and an operator cleaning up).
 func DeleteTable(ctx context.Context, table string) error {
-	return nft(ctx, fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", table, table))
+	return nft(ctx, deleteTable(table))
+}
+
+// deleteTable removes a table whether or not it exists.
+func deleteTable(table string) string {
+	return fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", table, table)
 }
