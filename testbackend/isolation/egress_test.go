@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,21 @@ func TestEgressRestart(t *testing.T) {
 	f := newEgressNet(t)
 	dir := t.TempDir()
 	b := egressBackend(t, dir, f)
+	// Whatever happens, the sandboxes and their rules go: through the
+	// running backend, or one started for it when the test stopped with
+	// none running.
+	running := b
+	t.Cleanup(func() {
+		if running == nil {
+			var err error
+			if running, err = startBackend(filepath.Join(dir, "data"), testbackend.Config{EgressDNSUpstream: f.dnsAddr}); err != nil {
+				t.Errorf("cleanup: %v", err)
+				return
+			}
+		}
+		apitest.DeleteAll(running.URL(), time.Minute, tokA)
+		_ = running.Close()
+	})
 	c := newClient(t, b.URL())
 	var deny, list, open string
 	for _, sb := range c.RunningAll(tokA,
@@ -256,6 +272,7 @@ func TestEgressRestart(t *testing.T) {
 	}
 	denyIP, listIP := sandboxIP(t, c, deny), sandboxIP(t, c, list)
 	table := b.Egress().Table()
+	running = nil
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +298,9 @@ func TestEgressRestart(t *testing.T) {
 	}
 
 	b = egressBackend(t, dir, f)
+	running = b
 	check(b, "after a restart")
+	running = nil
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +311,7 @@ func TestEgressRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = egressBackend(t, dir, f)
-	t.Cleanup(func() { apitest.DeleteAll(b.URL(), time.Minute, tokA); b.Close() })
+	running = b
 	check(b, "after a restart that found no rules")
 	tb = nftTable(t, table)
 	if !strings.Contains(tb, denyIP) || !strings.Contains(tb, listIP) {
