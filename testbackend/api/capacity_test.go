@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +132,45 @@ func TestVCPULimitSettings(t *testing.T) {
 			t.Fatalf("accounts %s: the backend started", accounts)
 		}
 		t.Logf("accounts %s: %v", accounts, err)
+	}
+}
+
+// TestVCPULimitConcurrent: creates racing for the last vCPUs never take an
+// account past its limit: of 12 at once with room for 3, exactly 3 succeed
+// and the rest answer VCPU_LIMIT_EXCEEDED.
+func TestVCPULimitConcurrent(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{Mode: "test", VCPULimit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	c := newClient(t, b.URL())
+	c.Continue = true
+	codes := make(chan string, 12)
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.Do("POST", "/sandboxes", tokA, map[string]any{"template": "base"}, nil)
+			if r.Status == http.StatusCreated {
+				codes <- "created"
+				return
+			}
+			codes <- r.ErrCode()
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[string]int{}
+	for code := range codes {
+		count[code]++
+	}
+	if count["created"] != 3 || count[sandbox.CodeVCPULimitExceeded] != 9 {
+		t.Fatalf("12 creates racing for 3 vCPUs: %v", count)
+	}
+	if used, _ := b.Manager().VCPUUsage("acct-a"); used != 3 {
+		t.Fatalf("acct-a uses %v vCPUs", used)
 	}
 }
