@@ -11,6 +11,7 @@ require (
 	github.com/hashicorp/terraform-plugin-go v0.31.0
 	github.com/hashicorp/terraform-plugin-log v0.11.0
 	github.com/hashicorp/terraform-plugin-testing v1.16.0
+	github.com/miekg/dns v1.1.73
 )
 
 require github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect

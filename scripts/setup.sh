@@ -600,6 +600,28 @@ ensure_dns() {
 	summary+=("dns $action on $RC_DNS:53, $DNS_UPSTREAM_DESC ($(($(now_ms) - t))ms)")
 }
 
+# ---------------------------------------------------------------- egress control
+# egressMode DENY_ALL / ALLOW_LIST (testbackend/egress): each backend keeps
+# an nftables table of its own (the nft command, package nftables) and
+# redirects the DNS of restricted sandboxes (DNAT from the gateway's port 53)
+# to a forwarder of its own on the gateway. INPUT admits that redirected
+# traffic, and only it, ahead of the bridge's reject.
+PACKAGES+=(nftables)
+
+ensure_egress() {
+	command -v nft >/dev/null || die "nft missing (package nftables): egress control needs it"
+	# Redirected to the gateway from the gateway (port 53): no other rule
+	# DNATs there. No "-i": the bridge's accepts are its DNS ones alone.
+	local spec=(-d "$RC_NET_GATEWAY/32" -m conntrack --ctstate DNAT --ctorigdst "$RC_NET_GATEWAY/32" -m comment --comment "$RC_FW_COMMENT" -j ACCEPT)
+	if iptables -w -C INPUT "${spec[@]}" 2>/dev/null; then
+		summary+=("egress ok")
+		return
+	fi
+	iptables -w -I INPUT 1 "${spec[@]}" || die "iptables -I INPUT 1 ${spec[*]} failed"
+	log "egress control: INPUT accepts redirected DNS to $RC_NET_GATEWAY"
+	summary+=("egress accept rule added")
+}
+
 # ---------------------------------------------------------------- 7. images
 ensure_images() {
 	local jobs=${RC_IMAGE_JOBS:-3} force=() t out
@@ -654,6 +676,7 @@ ensure_dockerd
 ensure_firewall
 ensure_network
 ensure_dns
+ensure_egress
 ensure_images
 
 total=$(($(now_ms) - t0))

@@ -99,6 +99,13 @@ if ((purge)); then
 			eval "$tool -w -D ${rule#-A }" && n=$((n + 1))
 		done < <("$tool" -w -S 2>/dev/null | grep -e "--comment \"\?$RC_FW_COMMENT\"\?" || true)
 	done
+	# Egress control: every backend's nftables table (testbackend/egress);
+	# with the engine gone no sandbox is left that they could restrict.
+	if command -v nft >/dev/null; then
+		while read -r t; do
+			[[ -n $t ]] && nft delete table inet "$t" && n=$((n + 1))
+		done < <(nft list tables 2>/dev/null | awk '$1 == "table" && $2 == "inet" && $3 ~ /^rarecloud_egress_/ {print $3}')
+	fi
 	ip link delete "$RC_NET_BRIDGE" 2>/dev/null || true
 	rm -f "$RC_NETWORK_JSON" "$RC_DAEMON_JSON" "$RC_DNSMASQ_CONF" "$RC_DNSMASQ_CONF.tmp"
 	rmdir "$RC_ETC" 2>/dev/null || true

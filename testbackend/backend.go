@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
@@ -64,7 +65,24 @@ type Config struct {
 	// (a test run's shared backend): once this one is gone, whether closed
 	// or killed, any backend that starts reaps its containers.
 	Ephemeral bool
-	Logger    *slog.Logger
+	// VCPULimit caps the vCPUs of each account's live sandboxes; 0 for
+	// sandbox.DefaultVCPULimit. Accounts (or the tokens file's "accounts")
+	// override it per account.
+	VCPULimit float64
+	Accounts  []Account
+	// Egress control (egress.go): EgressControl is "auto" (default: on when
+	// the machine supports it), "on" (start fails when it cannot) or "off";
+	// EgressDNSUpstream overrides where the egress DNS forwarder sends
+	// allowed names (default the sandboxes' forwarder make setup runs).
+	EgressControl     string
+	EgressDNSUpstream string
+	Logger            *slog.Logger
+}
+
+// Account holds per-account settings.
+type Account struct {
+	Account   string  `json:"account"`
+	VCPULimit float64 `json:"vcpuLimit"`
 }
 
 // Backend is a running test backend.
@@ -77,6 +95,8 @@ type Backend struct {
 	mgr         *sandbox.Manager
 	rt          runtime.Runtime
 	lease       *lease
+	egress      *egress.Controller
+	egressWhy   string // why there is no egress control
 	done        chan struct{}
 }
 
@@ -129,7 +149,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{done: make(chan struct{})}
-	tokens, err := b.loadTokens(cfg, dataDir)
+	tokens, accounts, err := b.loadTokens(cfg, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := accountLimits(append(accounts, cfg.Accounts...))
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +177,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			b.closeRuntime()
 			return nil, err
 		}
+		if b.egress, b.egressWhy, err = startEgress(cfg, b.rt, InstanceID(dataDir)); err != nil {
+			b.closeRuntime()
+			return nil, err
+		}
 	}
 	b.mgr, err = sandbox.New(sandbox.Config{
 		Mode:      cfg.Mode,
@@ -163,6 +191,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		TmpBytes:  cfg.TmpBytes,
 		PoolSize:  cfg.PoolSize,
 		Logger:    cfg.Logger,
+
+		VCPULimit:         cfg.VCPULimit,
+		AccountVCPULimits: limits,
+		Egress:            b.egressEnforcer(),
 	})
 	if err != nil {
 		b.closeRuntime()
@@ -206,32 +238,34 @@ func InstanceID(dataDir string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, error) {
+func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {
 	var tokens []Token
+	var accounts []Account
 	switch {
 	case len(cfg.Tokens) > 0:
 		tokens = cfg.Tokens
 	case cfg.TokensFile != "":
 		data, err := os.ReadFile(cfg.TokensFile)
 		if err != nil {
-			return nil, fmt.Errorf("tokens file: %w", err)
+			return nil, nil, fmt.Errorf("tokens file: %w", err)
 		}
 		var f struct {
-			Tokens []Token `json:"tokens"`
+			Tokens   []Token   `json:"tokens"`
+			Accounts []Account `json:"accounts"`
 		}
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&f); err != nil {
-			return nil, fmt.Errorf("tokens file %s: %w", cfg.TokensFile, err)
+			return nil, nil, fmt.Errorf("tokens file %s: %w", cfg.TokensFile, err)
 		}
 		if len(f.Tokens) == 0 {
-			return nil, fmt.Errorf("tokens file %s lists no tokens", cfg.TokensFile)
+			return nil, nil, fmt.Errorf("tokens file %s lists no tokens", cfg.TokensFile)
 		}
-		tokens = f.Tokens
+		tokens, accounts = f.Tokens, f.Accounts
 	default:
 		tok, created, err := devToken(dataDir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b.devToken, b.devTokenNew = tok, created
 		tokens = []Token{{Token: tok, Account: "dev", Scopes: []string{api.ScopeRead, api.ScopeWrite}}}
@@ -239,14 +273,29 @@ func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, error) {
 	out := make([]api.Token, 0, len(tokens))
 	for i, t := range tokens {
 		if t.Token == "" || t.Account == "" {
-			return nil, fmt.Errorf("token %d: token and account are required", i)
+			return nil, nil, fmt.Errorf("token %d: token and account are required", i)
 		}
 		for _, sc := range t.Scopes {
 			if sc != api.ScopeRead && sc != api.ScopeWrite {
-				return nil, fmt.Errorf("token %d: unknown scope %q (want %s or %s)", i, sc, api.ScopeRead, api.ScopeWrite)
+				return nil, nil, fmt.Errorf("token %d: unknown scope %q (want %s or %s)", i, sc, api.ScopeRead, api.ScopeWrite)
 			}
 		}
 		out = append(out, api.Token{Token: t.Token, Account: t.Account, Scopes: t.Scopes})
+	}
+	return out, accounts, nil
+}
+
+// accountLimits checks per-account settings and returns the vCPU limits.
+func accountLimits(accounts []Account) (map[string]float64, error) {
+	out := map[string]float64{}
+	for i, a := range accounts {
+		if a.Account == "" {
+			return nil, fmt.Errorf("accounts[%d]: account is required", i)
+		}
+		if a.VCPULimit <= 0 {
+			return nil, fmt.Errorf("accounts[%d] (%s): vcpuLimit must be a positive number of vCPUs, got %v", i, a.Account, a.VCPULimit)
+		}
+		out[a.Account] = a.VCPULimit
 	}
 	return out, nil
 }
@@ -301,6 +350,7 @@ func (b *Backend) Close() error {
 }
 
 func (b *Backend) closeRuntime() {
+	b.closeEgress()
 	if b.rt != nil {
 		_ = b.rt.Close()
 	}

@@ -85,6 +85,10 @@ var statusOf = map[string]int{
 	sandbox.CodeTooManyRequests:       http.StatusTooManyRequests,
 	sandbox.CodeServiceUnavailable:    http.StatusServiceUnavailable,
 	sandbox.CodeInternal:              http.StatusInternalServerError,
+	// Extensions of v1.
+	sandbox.CodeInvalidEgress:            http.StatusUnprocessableEntity,
+	sandbox.CodeEgressControlUnavailable: http.StatusBadRequest,
+	sandbox.CodeVCPULimitExceeded:        http.StatusConflict,
 }
 
 // Server is the HTTP API.

@@ -311,7 +311,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 		hc.PidsLimit = &pids
 	}
 
-	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
 	if err != nil {
 		switch {
 		case isEngineDown(err):

@@ -46,6 +46,10 @@ type Spec struct {
 	HomeBytes   int64 // size of the /home/user tmpfs
 	TmpBytes    int64 // size of the /tmp tmpfs
 	MaxProcs    int64 // process limit for the sandbox user
+
+	// IPv4 fixes the sandbox's address on its network (egress rules are
+	// keyed on it before the container exists); "" lets the engine choose.
+	IPv4 string
 }
 
 // ExecRequest is one process run inside a running container as the

@@ -114,7 +114,8 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 }
 
 func retryable(code string) bool {
-	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests
+	// A full account is transient too: a delete frees capacity at once.
+	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests || code == CodeVCPULimitExceeded
 }
 
 // MarshalJSON lets a stored client error be replayed as it was.
@@ -192,6 +193,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		Env:        req.Env,
 		EnvKeys:    sortedKeys(req.Env),
 		Labels:     req.Labels,
+
+		EgressMode:      req.EgressMode,
+		EgressAllowlist: req.EgressAllowlist,
 	}
 	if idem != nil {
 		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
@@ -208,6 +212,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.checkCapacityLocked(account, tpl); err != nil {
+		return CreateResult{}, err
+	}
 	var claimed string
 	if m.cfg.Mode == ModeReal {
 		if claimed = m.claimLocked(tpl, req, image); claimed != "" {
@@ -245,7 +252,7 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		cid, err := m.startContainer(spec)
+		cid, err := m.startWithEgress(id, spec)
 		m.started(id, cid, err)
 	}()
 }
@@ -286,6 +293,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		if cid != "" || startErr == nil {
 			_ = m.rt.Remove(context.Background(), containerName(id))
 		}
+		m.releaseEgress(id)
 		return
 	}
 	if startErr != nil {
@@ -302,6 +310,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		m.log.Warn("sandbox start failed", "sandbox", id, "err", startErr)
 		m.mu.Unlock()
 		_ = m.rt.Remove(context.Background(), containerName(id))
+		m.releaseEgress(id)
 		m.mu.Lock()
 		if m.boxes[id] == sb && sb.Status == StatusPending {
 			m.endLocked(sb, StatusTerminated, nil, "the sandbox could not start: "+startErr.Error(), "")

@@ -66,6 +66,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cfg.Mode == ModeTest {
 		return nil
 	}
+	// Before anything else: live restricted sandboxes get their rules back
+	// (a reboot or a lost table), and rules of sandboxes that ended while
+	// the backend was away go.
+	if err := m.syncEgress(ctx, overdue); err != nil {
+		return err
+	}
 	for _, sb := range overdue {
 		_ = m.removeContainer(ctx, sb)
 	}
@@ -191,6 +197,8 @@ func (m *Manager) exited(id, cid string, code int, why string) {
 	defer cancel()
 	if err := m.rt.Remove(ctx, cid); err != nil {
 		m.log.Warn("ended sandbox's container not removed; the next reconciliation removes it", "sandbox", id, "err", err)
+	} else {
+		m.releaseEgress(id)
 	}
 
 	m.mu.Lock()
@@ -336,6 +344,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	var remove []string
 	var collect []action
 	var restart []*store.Sandbox
+	var lost []string
 
 	m.mu.Lock()
 	claimed := map[string]bool{}
@@ -381,6 +390,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			switch {
 			case !ok:
 				m.endLocked(sb, StatusTerminated, nil, "the sandbox's container was lost (the container engine restarted or removed it)", "")
+				lost = append(lost, sb.ID)
 			case !c.Running:
 				collect = append(collect, action{sb: sb, c: c, collect: true})
 			default:
@@ -394,9 +404,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 
+	for _, id := range lost {
+		m.releaseEgress(id)
+	}
 	for _, id := range remove {
 		if err := m.rt.Remove(ctx, id); err != nil {
 			return err
+		}
+		if sid := byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
+			m.releaseEgress(sid)
 		}
 	}
 	for _, a := range collect {

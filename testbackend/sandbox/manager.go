@@ -54,7 +54,13 @@ type Config struct {
 	MaxProcs int64
 	// PoolSize is how many warm containers each template keeps; 0 for none.
 	PoolSize int
-	Logger   *slog.Logger
+	// VCPULimit caps the vCPUs of each account's live sandboxes (default
+	// DefaultVCPULimit); AccountVCPULimits overrides it per account.
+	VCPULimit         float64
+	AccountVCPULimits map[string]float64
+	// Egress enforces egress policies; nil: egress control is off.
+	Egress EgressEnforcer
+	Logger *slog.Logger
 }
 
 // Manager owns every sandbox of one backend instance.
@@ -112,6 +118,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = 60 * time.Second
+	}
+	if cfg.VCPULimit <= 0 {
+		cfg.VCPULimit = DefaultVCPULimit
 	}
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
@@ -197,6 +206,8 @@ type View struct {
 	ExitCode          *int              `json:"exitCode"`
 	EndedAt           string            `json:"endedAt,omitempty"`
 	TerminationReason string            `json:"terminationReason,omitempty"`
+	EgressMode        string            `json:"egressMode"`
+	EgressAllowlist   []string          `json:"egressAllowlist,omitempty"`
 }
 
 // TimeFormat is how the API writes instants: UTC, millisecond precision.
@@ -217,6 +228,8 @@ func view(sb *store.Sandbox) View {
 		Labels:            map[string]string{},
 		EnvKeys:           envKeys(sb),
 		TerminationReason: sb.TerminationReason,
+		EgressMode:        egressMode(sb),
+		EgressAllowlist:   sb.EgressAllowlist,
 	}
 	for k, val := range sb.Labels {
 		v.Labels[k] = val
@@ -369,6 +382,7 @@ func (m *Manager) removeContainer(ctx context.Context, sb *store.Sandbox) error 
 		}
 		return errorf(CodeInternal, "could not remove the container of sandbox %s: %v", sb.ID, err)
 	}
+	m.releaseEgress(sb.ID) // only once nothing of the sandbox runs
 	return nil
 }
 

@@ -26,7 +26,9 @@ type warmPool struct {
 // start with them, so that the record need not keep their values.
 func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
-	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 {
+	// A restricted sandbox starts cold: its rules are keyed on an address
+	// chosen before its container exists (egress_start.go).
+	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
 		return ""
 	}
 	cid := p.ready[0]

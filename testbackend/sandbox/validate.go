@@ -19,6 +19,9 @@ type CreateRequest struct {
 	Cmd        []string          `json:"cmd,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// Extensions of v1 (egress.go).
+	EgressMode      string   `json:"egressMode,omitempty"`
+	EgressAllowlist []string `json:"egressAllowlist,omitempty"`
 }
 
 // Limits of the create request. They are part of the API contract
@@ -93,6 +96,12 @@ func (m *Manager) validate(req *CreateRequest) (Template, *Error) {
 		return Template{}, err
 	}
 	if err := validateEnv(req.Env); err != nil {
+		return Template{}, err
+	}
+	if err := validateEgress(req); err != nil {
+		return Template{}, err
+	}
+	if err := m.checkEgressAvailable(req.EgressMode); err != nil {
 		return Template{}, err
 	}
 	return tpl, nil

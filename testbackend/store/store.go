@@ -45,6 +45,11 @@ type Sandbox struct {
 	// let a retry make a second sandbox.
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	RequestHash    string `json:"requestHash,omitempty"`
+	// Egress control: the mode ("" is ALLOW_ALL), the allowlist, and the
+	// address the rules are keyed on (given before the container starts).
+	EgressMode      string   `json:"egressMode,omitempty"`
+	EgressAllowlist []string `json:"egressAllowlist,omitempty"`
+	EgressIP        string   `json:"egressIp,omitempty"`
 }
 
 // Idempotency remembers what a create with an Idempotency-Key produced.

@@ -43,6 +43,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account before the API answers 429 with Retry-After")
+	fs.Float64Var(&cfg.VCPULimit, "vcpu-limit", 64, `vCPUs the live sandboxes of one account may use together; the tokens file's "accounts":[{"account","vcpuLimit"}] overrides it per account`)
+	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&reap, "reap", false, "remove the containers of backends that are gone for good (lease free, data directory deleted), then exit")
 	fs.Usage = func() {

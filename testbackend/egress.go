@@ -1,0 +1,192 @@
+package testbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+// Egress control settings of Config.EgressControl.
+const (
+	EgressAuto = "auto"
+	EgressOn   = "on"
+	EgressOff  = "off"
+)
+
+// EgressTablePrefix starts the name of every backend's nftables table; the
+// rest is the instance id.
+const EgressTablePrefix = "rarecloud_egress_"
+
+// egressNetwork is the part of NetworkFile egress control needs.
+type egressNetwork struct {
+	Network string   `json:"network"`
+	Bridge  string   `json:"bridge"`
+	Subnet  string   `json:"subnet"`
+	Gateway string   `json:"gateway"`
+	DNS     string   `json:"dns"`
+	Blocked []string `json:"blocked"`
+}
+
+// startEgress starts egress control as cfg.EgressControl asks. With
+// "auto" a machine that cannot enforce it gives a backend without it (and
+// the reason, which creates asking for a restricted mode are told); with
+// "on" that is an error.
+func startEgress(cfg Config, rt runtime.Runtime, instance string) (*egress.Controller, string, error) {
+	mode := cfg.EgressControl
+	switch mode {
+	case "":
+		mode = EgressAuto
+	case EgressAuto, EgressOn, EgressOff:
+	default:
+		return nil, "", fmt.Errorf("egress-control must be auto, on or off, got %q", mode)
+	}
+	if mode == EgressOff {
+		return nil, "egress control is turned off on this backend (--egress-control=off)", nil
+	}
+	c, err := newEgress(cfg, rt, instance)
+	if err == nil {
+		return c, "", nil
+	}
+	if mode == EgressOn {
+		return nil, "", fmt.Errorf("egress control: %w", err)
+	}
+	why := "this backend cannot enforce egress control (" + err.Error() + ")"
+	cfg.Logger.Warn("egress control unavailable; only egressMode ALLOW_ALL is accepted", "reason", err)
+	return nil, why, nil
+}
+
+func newEgress(cfg Config, rt runtime.Runtime, instance string) (*egress.Controller, error) {
+	d, ok := rt.(*runtime.Docker)
+	if !ok {
+		return nil, errors.New("it needs the Docker runtime")
+	}
+	if cfg.Network == runtime.NetworkNone {
+		return nil, errors.New("sandboxes have no network (--network none)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("it must run as root to change nftables rules")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil, errors.New("the nft command is missing: run `make setup` (it installs nftables)")
+	}
+	data, err := os.ReadFile(NetworkFile)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox network is not set up (%v): run `make setup`", err)
+	}
+	var n egressNetwork
+	if err := json.Unmarshal(data, &n); err != nil {
+		return nil, fmt.Errorf("%s: %w", NetworkFile, err)
+	}
+	if cfg.Network != "" && cfg.Network != n.Network {
+		return nil, fmt.Errorf("sandboxes are on network %s, not on %s that make setup made", cfg.Network, n.Network)
+	}
+	subnet, err1 := netip.ParsePrefix(n.Subnet)
+	gw, err2 := netip.ParseAddr(n.Gateway)
+	if err := errors.Join(err1, err2); err != nil || n.Bridge == "" {
+		return nil, fmt.Errorf("%s lacks bridge, subnet or gateway: run `make setup`", NetworkFile)
+	}
+	if err := checkEgressAccept(n.Bridge, n.Gateway); err != nil {
+		return nil, err
+	}
+	var blocked []netip.Prefix
+	for _, b := range n.Blocked {
+		if p, err := netip.ParsePrefix(b); err == nil {
+			blocked = append(blocked, p)
+		}
+	}
+	upstream := cfg.EgressDNSUpstream
+	if upstream == "" {
+		if n.DNS == "" {
+			return nil, fmt.Errorf("%s names no DNS forwarder to resolve allowed names with: run `make setup`", NetworkFile)
+		}
+		upstream = net.JoinHostPort(n.DNS, "53")
+	}
+	return egress.Start(egress.Config{
+		Table:    EgressTablePrefix + instance,
+		Bridge:   n.Bridge,
+		Gateway:  gw,
+		Subnet:   subnet,
+		Blocked:  blocked,
+		Upstream: upstream,
+		Used: func(ctx context.Context) ([]netip.Addr, error) {
+			_, _, used, err := d.NetworkAddresses(ctx)
+			return used, err
+		},
+		Logger: cfg.Logger,
+	})
+}
+
+// checkEgressAccept looks for setup's INPUT rule that admits traffic
+// redirected (DNAT) from the gateway to the gateway ahead of the bridge's
+// reject: without it restricted sandboxes could resolve nothing.
+func checkEgressAccept(bridge, gateway string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "iptables", "-S", "INPUT").Output()
+	if err != nil {
+		return fmt.Errorf("cannot read the INPUT rules (iptables -S INPUT: %v)", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if isEgressAccept(line, gateway) {
+			return nil
+		}
+		if strings.Contains(line+" ", " -i "+bridge+" ") && (strings.Contains(line, " -j REJECT") || strings.Contains(line, " -j DROP")) {
+			break
+		}
+	}
+	return fmt.Errorf("INPUT has no accept for DNS redirected to %s ahead of the reject of %s: run `make setup`", gateway, bridge)
+}
+
+// isEgressAccept recognises that rule in iptables -S form.
+func isEgressAccept(line, gateway string) bool {
+	f := strings.Fields(line)
+	return slices.Contains(f, "-A") && strings.Contains(line, " -d "+gateway+"/32 ") && strings.Contains(line, " --ctstate DNAT ") &&
+		(strings.Contains(line, " --ctorigdst "+gateway+" ") || strings.Contains(line, " --ctorigdst "+gateway+"/32 ")) &&
+		!strings.Contains(line, " -i ") && f[len(f)-1] == "ACCEPT" && f[len(f)-2] == "-j"
+}
+
+// egressEnforcer is what the sandbox manager gets: the controller, or a
+// stand-in that explains why there is none.
+func (b *Backend) egressEnforcer() sandbox.EgressEnforcer {
+	if b.egress != nil {
+		return b.egress
+	}
+	return unavailableEgress(b.egressWhy)
+}
+
+func (b *Backend) closeEgress() {
+	if b.egress != nil {
+		_ = b.egress.Close()
+		b.egress = nil
+	}
+}
+
+// Egress exposes the egress controller (nil without egress control), for tests.
+func (b *Backend) Egress() *egress.Controller { return b.egress }
+
+// unavailableEgress enforces nothing and says why.
+type unavailableEgress string
+
+func (u unavailableEgress) Available() string { return string(u) }
+func (u unavailableEgress) ReserveIP(context.Context, []string) (string, error) {
+	return "", errors.New(string(u))
+}
+func (u unavailableEgress) Apply(context.Context, sandbox.EgressPolicy) error {
+	return errors.New(string(u))
+}
+func (u unavailableEgress) Release(context.Context, string) error { return nil }
+func (u unavailableEgress) Sync(context.Context, []sandbox.EgressPolicy) error {
+	return nil
+}

@@ -1,0 +1,261 @@
+package egress
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+func TestAllows(t *testing.T) {
+	list := []string{"api.example.com", "*.cdn.example.net"}
+	for name, want := range map[string]bool{
+		"api.example.com.":       true,
+		"API.Example.COM.":       true,
+		"api.example.com":        true,
+		"example.com.":           false,
+		"x.api.example.com.":     false,
+		"a.cdn.example.net.":     true,
+		"a.b.cdn.example.net.":   true,
+		"cdn.example.net.":       false,
+		"evilcdn.example.net.":   false,
+		"cdn.example.net.evil.":  false,
+		"api.example.com.evil.":  false,
+		"xapi.example.com.":      false,
+		"a.cdn.example.net.org.": false,
+	} {
+		if got := allows(list, name); got != want {
+			t.Errorf("allows(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// fakeUpstream serves fixed answers and records the names it is asked.
+type fakeUpstream struct {
+	addr  string
+	mu    sync.Mutex
+	asked []string
+}
+
+func startUpstream(t *testing.T) *fakeUpstream {
+	t.Helper()
+	u := &fakeUpstream{}
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = pc.LocalAddr().String()
+	ln, err := net.Listen("tcp4", u.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		u.mu.Lock()
+		u.asked = append(u.asked, q.Name)
+		u.mu.Unlock()
+		switch q.Name {
+		case "mixed.example.com.":
+			if q.Qtype == dns.TypeA {
+				m.Answer = []dns.RR{
+					rr("mixed.example.com. 0 IN CNAME edge.example.org."),
+					rr("edge.example.org. 30 IN A 198.51.100.7"),
+					rr("edge.example.org. 999999 IN A 203.0.113.9"),
+					rr("edge.example.org. 0 IN A 198.51.100.8"),
+					rr("edge.example.org. 30 IN A 10.1.2.3"),
+					rr("edge.example.org. 30 IN A 169.254.169.254"),
+					rr("edge.example.org. 30 IN A 127.0.0.1"),
+					rr("edge.example.org. 30 IN A 172.30.99.20"),
+					rr("edge.example.org. 30 IN A 192.0.2.1"),
+				}
+				m.Extra = []dns.RR{rr("other.example.org. 30 IN A 198.51.100.99")}
+			} else {
+				m.Answer = []dns.RR{rr("mixed.example.com. 30 IN AAAA 2001:db8::1")}
+			}
+		default:
+			m.Rcode = dns.RcodeNameError
+		}
+		_ = w.WriteMsg(m)
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go func() { _ = srv.ActivateAndServe() }()
+		<-started
+		t.Cleanup(func() { _ = srv.Shutdown() })
+	}
+	return u
+}
+
+// TestForwarder: the forwarder answers by the asker's policy: allowed
+// names are forwarded with blocked, AAAA and extra records removed and TTLs
+// capped, and their addresses enter the sandbox's set (with the TTL, at
+// least MinTTL) before the answer; other names NXDOMAIN without a word
+// upstream; DENY_ALL and unknown askers REFUSED. No kernel is touched: the
+// nft scripts are captured.
+func TestForwarder(t *testing.T) {
+	up := startUpstream(t)
+	c, err := Start(Config{
+		Table: "rarecloud_egress_unit", Bridge: "lo",
+		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+		Blocked:  []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+		Upstream: up.addr,
+		Used:     func(context.Context) ([]netip.Addr, error) { return nil, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var mu sync.Mutex
+	var scripts []string
+	c.run = func(_ context.Context, s string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		scripts = append(scripts, s)
+		return nil
+	}
+	ctx := context.Background()
+	// The asker is 127.0.0.1 (the test itself).
+	if err := c.Apply(ctx, sandbox.EgressPolicy{SandboxID: "sbx-a", IP: "127.0.0.1", Mode: ModeAllowList, Allowlist: []string{"MIXED.example.com."}}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(name string, qtype uint16, netw string) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		cl := &dns.Client{Net: netw, Timeout: 5 * time.Second}
+		r, _, err := cl.Exchange(m, net.JoinHostPort("127.0.0.1", itoa(c.Port())))
+		if err != nil {
+			t.Fatalf("%s %s over %s: %v", name, dns.TypeToString[qtype], netw, err)
+		}
+		return r
+	}
+	for _, netw := range []string{"udp", "tcp"} {
+		mu.Lock()
+		scripts = nil
+		mu.Unlock()
+		r := ask("mixed.example.com.", dns.TypeA, netw)
+		var got []string
+		for _, rr := range r.Answer {
+			got = append(got, rr.String())
+			if rr.Header().Ttl > uint32(MaxTTL/time.Second) {
+				t.Errorf("TTL not capped: %s", rr)
+			}
+		}
+		want := []string{"CNAME\tedge.example.org.", "A\t198.51.100.7", "A\t203.0.113.9", "A\t198.51.100.8"}
+		if r.Rcode != dns.RcodeSuccess || len(got) != len(want) || len(r.Extra) != 0 {
+			t.Fatalf("%s: answer %v extra %v, want %v only", netw, got, r.Extra, want)
+		}
+		for i, w := range want {
+			if !strings.Contains(got[i], w) {
+				t.Fatalf("%s: answer %d is %q, want %q", netw, i, got[i], w)
+			}
+		}
+		mu.Lock()
+		all := strings.Join(scripts, "")
+		mu.Unlock()
+		// The TTL, capped at MaxTTL, at least MinTTL.
+		for _, w := range []string{"127.0.0.1 . 198.51.100.7 timeout 30s", "127.0.0.1 . 203.0.113.9 timeout 3600s", "127.0.0.1 . 198.51.100.8 timeout 5s"} {
+			if !strings.Contains(all, w) {
+				t.Fatalf("%s: nft scripts lack %q:\n%s", netw, w, all)
+			}
+		}
+		for _, bad := range []string{"10.1.2.3", "169.254", "127.0.0.1 . 127.0.0.1", "172.30.99.20", "192.0.2.1", "198.51.100.99"} {
+			if strings.Contains(all, " . "+bad) {
+				t.Fatalf("%s: a blocked or unasked address entered the set (%s):\n%s", netw, bad, all)
+			}
+		}
+		if aaaa := ask("mixed.example.com.", dns.TypeAAAA, netw); len(aaaa.Answer) != 0 {
+			t.Fatalf("AAAA answered: %v", aaaa.Answer)
+		}
+	}
+	if r := ask("edge.example.org.", dns.TypeA, "udp"); r.Rcode != dns.RcodeNameError {
+		t.Fatalf("a name not on the list: rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	up.mu.Lock()
+	asked := append([]string(nil), up.asked...)
+	up.mu.Unlock()
+	for _, n := range asked {
+		if n != "mixed.example.com." && n != "MIXED.example.com." {
+			t.Fatalf("the forwarder asked upstream for %q", n)
+		}
+	}
+	if err := c.Apply(ctx, sandbox.EgressPolicy{SandboxID: "sbx-a", IP: "127.0.0.1", Mode: ModeDenyAll}); err != nil {
+		t.Fatal(err)
+	}
+	if r := ask("mixed.example.com.", dns.TypeA, "udp"); r.Rcode != dns.RcodeRefused {
+		t.Fatalf("DENY_ALL asker: rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	if err := c.Release(ctx, "sbx-a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := ask("mixed.example.com.", dns.TypeA, "udp"); r.Rcode != dns.RcodeRefused {
+		t.Fatalf("unknown asker: rcode %s", dns.RcodeToString[r.Rcode])
+	}
+}
+
+// TestRuleset: the table the controller writes is valid nft (checked by
+// nft itself, without changing anything), when nft is installed.
+func TestRuleset(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft not installed (make setup installs it); the isolation tests load the real ruleset")
+	}
+	c := &Controller{cfg: Config{Table: "rarecloud_egress_check", Bridge: "rcsbx0", Gateway: netip.MustParseAddr("172.30.99.1")}, port: 5399}
+	script := c.ruleset([]netip.Addr{netip.MustParseAddr("172.30.99.200")}, []netip.Addr{netip.MustParseAddr("172.30.99.201"), netip.MustParseAddr("172.30.99.202")})
+	cmd := exec.Command("nft", "-c", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -c: %v: %s\n%s", err, out, script)
+	}
+}
+
+// TestReserveIP: addresses come from the upper half, never the gateway,
+// the broadcast, one in use, one reserved or one to avoid.
+func TestReserveIP(t *testing.T) {
+	used := []netip.Addr{}
+	for i := 128; i <= 254; i++ {
+		if i != 200 && i != 201 && i != 202 {
+			used = append(used, netip.AddrFrom4([4]byte{172, 30, 99, byte(i)}))
+		}
+	}
+	c := &Controller{
+		cfg: Config{Gateway: netip.MustParseAddr("172.30.99.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+			Used: func(context.Context) ([]netip.Addr, error) { return used, nil }},
+		byIP: map[netip.Addr]*entry{}, reserved: map[netip.Addr]time.Time{},
+	}
+	a, err := c.ReserveIP(context.Background(), []string{"172.30.99.200"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.ReserveIP(context.Background(), []string{"172.30.99.200"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{a: true, b: true}
+	if !got["172.30.99.201"] || !got["172.30.99.202"] {
+		t.Fatalf("reserved %s and %s, want .201 and .202", a, b)
+	}
+	if _, err := c.ReserveIP(context.Background(), []string{"172.30.99.200"}); err == nil {
+		t.Fatal("a full upper half still gave an address")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,53 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/docker/docker/api/types/network"
+)
+
+// endpointFor asks for the spec's fixed address, if it has one.
+func (d *Docker) endpointFor(spec Spec) *network.NetworkingConfig {
+	if spec.IPv4 == "" || d.network == NetworkNone {
+		return nil
+	}
+	return &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+		d.network: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: spec.IPv4}},
+	}}
+}
+
+// NetworkAddresses reports the sandbox network's subnet and gateway and the
+// IPv4 addresses its endpoints hold now, of every container on it (other
+// backends' too).
+func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gateway netip.Addr, used []netip.Addr, err error) {
+	if d.network == NetworkNone {
+		return subnet, gateway, nil, fmt.Errorf("runtime: sandboxes have no network")
+	}
+	n, err := d.cli.NetworkInspect(ctx, d.network, network.InspectOptions{})
+	if err != nil {
+		if isEngineDown(err) {
+			return subnet, gateway, nil, d.engineErr("inspect network "+d.network, err)
+		}
+		return subnet, gateway, nil, fmt.Errorf("runtime: inspect network %s: %w", d.network, err)
+	}
+	for _, c := range n.IPAM.Config {
+		p, perr := netip.ParsePrefix(c.Subnet)
+		if perr != nil || !p.Addr().Is4() {
+			continue
+		}
+		subnet = p
+		gateway, _ = netip.ParseAddr(c.Gateway)
+		break
+	}
+	if !subnet.IsValid() {
+		return subnet, gateway, nil, fmt.Errorf("runtime: network %s has no IPv4 subnet", d.network)
+	}
+	for _, ep := range n.Containers {
+		if p, perr := netip.ParsePrefix(ep.IPv4Address); perr == nil {
+			used = append(used, p.Addr())
+		}
+	}
+	return subnet, gateway, used, nil
+}

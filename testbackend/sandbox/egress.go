@@ -1,0 +1,225 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// Egress control, an extension of API v1 (openapi.yaml marks it): a
+// sandbox's outbound traffic is ALLOW_ALL (the default, as before),
+// DENY_ALL (no connection and no name resolution) or ALLOW_LIST (only the
+// addresses its allowed names resolved to, for the answers' TTL). The
+// sandbox package validates and records the policy; an EgressEnforcer
+// (package egress) puts it into the kernel, keyed on an address the
+// sandbox gets before its container exists.
+
+// Egress modes.
+const (
+	EgressAllowAll  = "ALLOW_ALL"
+	EgressDenyAll   = "DENY_ALL"
+	EgressAllowList = "ALLOW_LIST"
+)
+
+// MaxEgressAllowlist is the documented maximum number of allowlist entries.
+const MaxEgressAllowlist = 64
+
+// Error codes of egress control.
+const (
+	// CodeInvalidEgress: a bad egressMode or egressAllowlist (422).
+	CodeInvalidEgress = "INVALID_EGRESS"
+	// CodeEgressControlUnavailable: the backend runs without egress
+	// control and the request asked for a mode other than ALLOW_ALL (400).
+	CodeEgressControlUnavailable = "EGRESS_CONTROL_UNAVAILABLE"
+)
+
+// EgressPolicy is what an enforcer installs for one sandbox.
+type EgressPolicy struct {
+	SandboxID string
+	IP        string   // the sandbox's IPv4 address on the sandbox network
+	Mode      string   // EgressDenyAll or EgressAllowList
+	Allowlist []string // ALLOW_LIST: host names and *.suffix wildcards
+}
+
+// EgressEnforcer puts egress policies into effect. Every method is safe for
+// concurrent use.
+type EgressEnforcer interface {
+	// Available reports why egress control cannot be used ("" when it can).
+	Available() string
+	// ReserveIP picks a free address on the sandbox network for a sandbox
+	// whose container does not exist yet. avoid lists addresses that just
+	// proved taken.
+	ReserveIP(ctx context.Context, avoid []string) (string, error)
+	// Apply installs (or replaces) one sandbox's policy.
+	Apply(ctx context.Context, p EgressPolicy) error
+	// Release removes a sandbox's policy and everything it resolved; a
+	// sandbox without one is no error.
+	Release(ctx context.Context, sandboxID string) error
+	// Sync replaces every policy of this backend with exactly these, at
+	// once (backend start: rules are rebuilt from the records).
+	Sync(ctx context.Context, ps []EgressPolicy) error
+}
+
+// hostLabelRe is one label of a host name: letters, digits and inner hyphens.
+var hostLabelRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+// validateEgress checks egressMode and egressAllowlist and fills in the
+// default mode.
+func validateEgress(req *CreateRequest) *Error {
+	switch req.EgressMode {
+	case "":
+		req.EgressMode = EgressAllowAll
+	case EgressAllowAll, EgressDenyAll, EgressAllowList:
+	default:
+		return errorf(CodeInvalidEgress, "egressMode %q is not one of %s, %s or %s", req.EgressMode, EgressAllowAll, EgressDenyAll, EgressAllowList)
+	}
+	if req.EgressMode != EgressAllowList {
+		if req.EgressAllowlist != nil {
+			return errorf(CodeInvalidEgress, "egressAllowlist is only allowed with egressMode %s (egressMode is %s)", EgressAllowList, req.EgressMode)
+		}
+		return nil
+	}
+	n := len(req.EgressAllowlist)
+	switch {
+	case n == 0:
+		return errorf(CodeInvalidEgress, "egressMode %s needs at least one host name in egressAllowlist; to allow nothing use egressMode %s", EgressAllowList, EgressDenyAll)
+	case n > MaxEgressAllowlist:
+		return errorf(CodeInvalidEgress, "egressAllowlist has %d entries; at most %d are allowed", n, MaxEgressAllowlist)
+	}
+	seen := map[string]int{}
+	for i, name := range req.EgressAllowlist {
+		if err := validateEgressName(name); err != "" {
+			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q %s", i, name, err)
+		}
+		key := egressKey(name)
+		if j, dup := seen[key]; dup {
+			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q repeats egressAllowlist[%d]", i, name, j)
+		}
+		seen[key] = i
+	}
+	return nil
+}
+
+// validateEgressName says what is wrong with one allowlist entry ("" when
+// nothing is): a host name of two or more labels, or "*." followed by one.
+func validateEgressName(name string) string {
+	if _, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
+		return "is an IP address; list host names (addresses are allowed only as the answers of allowed names)"
+	}
+	if _, err := netip.ParsePrefix(name); err == nil {
+		return "is an address range; list host names"
+	}
+	host := strings.TrimSuffix(name, ".")
+	wildcard := strings.HasPrefix(host, "*.")
+	if wildcard {
+		host = host[2:]
+	}
+	switch {
+	case host == "":
+		return "is empty"
+	case len(host) > 253:
+		return "is longer than 253 characters"
+	case strings.Contains(host, "*"):
+		return "has a '*' that is not the whole first label ('*.example.com' is the only wildcard form)"
+	}
+	labels := strings.Split(host, ".")
+	if len(labels) < 2 {
+		if wildcard {
+			return "would allow a whole top-level domain; a wildcard needs at least two labels after '*.'"
+		}
+		return "is not a fully qualified host name (it needs at least two labels, like example.com)"
+	}
+	for _, l := range labels {
+		if !hostLabelRe.MatchString(l) {
+			return fmt.Sprintf("has an invalid label %q: labels are 1 to 63 letters, digits and inner hyphens", l)
+		}
+	}
+	if _, err := netip.ParseAddr(host); err == nil || isAllDigits(labels[len(labels)-1]) {
+		return "is not a host name (its last label is numeric)"
+	}
+	return ""
+}
+
+func isAllDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// egressKey is how allowlist entries compare: case-insensitive, without a
+// trailing dot.
+func egressKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+
+// egressRestricted reports whether a record has a policy to enforce.
+func egressRestricted(sb *store.Sandbox) bool {
+	return sb.EgressMode == EgressDenyAll || sb.EgressMode == EgressAllowList
+}
+
+// egressMode is the mode a record shows (records from before egress
+// control have none: ALLOW_ALL).
+func egressMode(sb *store.Sandbox) string {
+	if sb.EgressMode == "" {
+		return EgressAllowAll
+	}
+	return sb.EgressMode
+}
+
+func egressPolicy(sb *store.Sandbox) EgressPolicy {
+	return EgressPolicy{SandboxID: sb.ID, IP: sb.EgressIP, Mode: sb.EgressMode, Allowlist: sb.EgressAllowlist}
+}
+
+// checkEgressAvailable refuses a restricted mode when this backend cannot
+// enforce it, as upstream does for accounts without egress control.
+func (m *Manager) checkEgressAvailable(mode string) *Error {
+	if mode == EgressAllowAll || m.cfg.Mode == ModeTest {
+		return nil
+	}
+	why := "egress control is turned off on this backend (--egress-control=off)"
+	if m.cfg.Egress != nil {
+		why = m.cfg.Egress.Available()
+	}
+	if why == "" {
+		return nil
+	}
+	return errorf(CodeEgressControlUnavailable, "egressMode %s is not available: %s; omit egressMode (or use %s)", mode, why, EgressAllowAll)
+}
+
+// releaseEgress removes a sandbox's rules once its container is gone.
+func (m *Manager) releaseEgress(id string) {
+	if m.cfg.Egress == nil {
+		return
+	}
+	if err := m.cfg.Egress.Release(context.WithoutCancel(m.ctx), id); err != nil {
+		m.log.Warn("egress rules of an ended sandbox not removed; the next backend start drops them", "sandbox", id, "err", err)
+	}
+}
+
+// syncEgress rebuilds every rule of this backend from the live records
+// (pending and running sandboxes with a restricted mode and an address),
+// and from the overdue ones whose containers are still to be removed.
+func (m *Manager) syncEgress(ctx context.Context, overdue []*store.Sandbox) error {
+	if m.cfg.Egress == nil || m.cfg.Egress.Available() != "" {
+		return nil
+	}
+	m.mu.Lock()
+	var ps []EgressPolicy
+	for _, sb := range append(slices.Collect(maps.Values(m.boxes)), overdue...) {
+		if egressRestricted(sb) && sb.EgressIP != "" && (sb.Status == StatusPending || sb.Status == StatusRunning) {
+			ps = append(ps, egressPolicy(sb))
+		}
+	}
+	m.mu.Unlock()
+	if err := m.cfg.Egress.Sync(ctx, ps); err != nil {
+		return fmt.Errorf("sandbox: restoring the egress rules of %d sandboxes: %w", len(ps), err)
+	}
+	return nil
+}
