@@ -219,7 +219,9 @@ func TestCLIFeatureSelection(t *testing.T) {
 // address host matches it: an OpenTofu run with Terraform's host (or the
 // reverse) would leave the in-process provider unused.
 func TestAccCLI(t *testing.T) {
-	skipUnlessAcc(t)
+	if os.Getenv(resource.EnvTfAcc) == "" {
+		t.Skip("acceptance tests run with TF_ACC=1")
+	}
 	cli, err := testCLI()
 	if err != nil {
 		t.Fatal(err)
