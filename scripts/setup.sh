@@ -660,7 +660,8 @@ tofu_log=""
 tofu_t=0
 
 tofu_ok() {
-	[[ -x $RC_TOFU ]] && [[ $(CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null | head -n1) == "OpenTofu v$RC_TOFU_VERSION" ]]
+	# (A missing CLI configuration file makes it print a warning first.)
+	[[ -x $RC_TOFU ]] && CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null | grep -qx "OpenTofu v$RC_TOFU_VERSION"
 }
 
 # start_tofu starts the build in the background (about 6.6 minutes on two

@@ -75,12 +75,20 @@ func detectCLI() (cliInfo, error) {
 	return parseCLIVersion(path, string(out))
 }
 
-// parseCLIVersion reads the first line of `terraform version` or
-// `tofu version`: "Terraform v1.11.4" or "OpenTofu v1.12.6".
+// parseCLIVersion reads the version line of `terraform version` or
+// `tofu version`: "Terraform v1.11.4" or "OpenTofu v1.12.6" (OpenTofu may
+// print a warning about its CLI configuration first).
 func parseCLIVersion(path, out string) (cliInfo, error) {
-	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
-	name, v, ok := strings.Cut(strings.TrimSpace(first), " ")
-	if !ok || (name != "Terraform" && name != "OpenTofu") {
+	var name, v string
+	for _, line := range strings.Split(out, "\n") {
+		n, rest, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && (n == "Terraform" || n == "OpenTofu") && strings.HasPrefix(rest, "v") {
+			name, v = n, rest
+			break
+		}
+	}
+	if name == "" {
+		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 		return cliInfo{}, fmt.Errorf("%s version: unexpected answer %q", path, first)
 	}
 	ver, err := version.NewVersion(strings.TrimPrefix(v, "v"))
@@ -171,10 +179,11 @@ func requireCLIFeatures(t *testing.T, features ...cliFeature) cliInfo {
 
 func TestParseCLIVersion(t *testing.T) {
 	for out, want := range map[string]string{
-		"Terraform v1.11.4\non linux_amd64\n":                          "Terraform 1.11.4",
-		"OpenTofu v1.12.6\non linux_amd64\n":                           "OpenTofu 1.12.6",
-		"Terraform v1.6.0-beta1\non linux_amd64":                       "Terraform 1.6.0-beta1",
-		"Terraform v1.5.7\n\nYour version of Terraform is out of date": "Terraform 1.5.7",
+		"Terraform v1.11.4\non linux_amd64\n":                                                  "Terraform 1.11.4",
+		"OpenTofu v1.12.6\non linux_amd64\n":                                                   "OpenTofu 1.12.6",
+		"Terraform v1.6.0-beta1\non linux_amd64":                                               "Terraform 1.6.0-beta1",
+		"Terraform v1.5.7\n\nYour version of Terraform is out of date":                         "Terraform 1.5.7",
+		"\nWarning: Unable to open CLI configuration file\n\nOpenTofu v1.12.6\non linux_amd64": "OpenTofu 1.12.6",
 	} {
 		cli, err := parseCLIVersion("cli", out)
 		if err != nil || cli.String() != want {
