@@ -11,10 +11,18 @@
 # images); `make demo` runs setup first. Environment:
 #   DEMO_PORT      port for the backend (default: a free one)
 #   DEMO_KEEP=1    keep the work directory (state, logs) afterwards
+#   TF=tofu        use OpenTofu instead of Terraform (`make demo TF=tofu`;
+#                  the tofu that make setup builds, unless one is on PATH)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+
+TF=${TF:-terraform}
+if [[ $TF == tofu ]] && ! command -v tofu >/dev/null && [[ -x /usr/local/lib/rarecloud/bin/tofu ]]; then
+	TF=/usr/local/lib/rarecloud/bin/tofu
+fi
+TF_NAME=$(basename "$TF")
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rarecloud-demo.XXXXXX")
 BACKEND_PID=""
@@ -31,8 +39,8 @@ cleanup() {
 	local rc=$?
 	set +e
 	if [[ $APPLIED == 1 && $DESTROYED == 0 ]]; then
-		say "cleaning up: terraform destroy"
-		(cd "$WORK/tf" && terraform destroy -auto-approve -input=false -no-color >"$WORK/destroy-on-exit.log" 2>&1) ||
+		say "cleaning up: $TF_NAME destroy"
+		(cd "$WORK/tf" && "$TF" destroy -auto-approve -input=false -no-color >"$WORK/destroy-on-exit.log" 2>&1) ||
 			echo "destroy failed; see $WORK/destroy-on-exit.log" >&2
 	fi
 	if [[ -n $BACKEND_PID ]] && kill -0 "$BACKEND_PID" 2>/dev/null; then
@@ -74,7 +82,7 @@ free_port() {
 	return 1
 }
 
-for tool in go terraform curl; do
+for tool in go "$TF" curl; do
 	command -v "$tool" >/dev/null || { echo "demo.sh needs $tool on PATH" >&2; exit 1; }
 done
 
@@ -109,7 +117,9 @@ done
 TOKEN=$(tr -d '[:space:]' <"$TOKEN_FILE")
 echo "backend ready (pid $BACKEND_PID), development token in $TOKEN_FILE"
 
-# Terraform uses the provider just built, and no registry.
+# The CLI uses the provider just built, and no registry (dev_overrides
+# work alike in Terraform and OpenTofu: the unqualified source
+# rarecloudio/rarecloud is overridden on either default registry host).
 cat >"$WORK/terraformrc" <<CFG
 provider_installation {
   dev_overrides {
@@ -127,20 +137,20 @@ export RARECLOUD_TOKEN="$TOKEN"
 cp examples/quickstart/*.tf "$WORK/tf/"
 cd "$WORK/tf"
 
-say "terraform apply (examples/quickstart)"
+say "$TF_NAME apply (examples/quickstart)"
 APPLIED=1
-terraform apply -auto-approve -input=false -no-color
+"$TF" apply -auto-approve -input=false -no-color
 
-SANDBOX_ID=$(terraform output -raw sandbox_id)
-JOB_EXIT=$(terraform output -raw job_exit_code)
+SANDBOX_ID=$("$TF" output -raw sandbox_id)
+JOB_EXIT=$("$TF" output -raw job_exit_code)
 
 say "outputs"
 echo "sandbox id:          $SANDBOX_ID"
-echo "sandbox expires at:  $(terraform output -raw sandbox_expires_at)"
-echo "job id:              $(terraform output -raw job_id)"
+echo "sandbox expires at:  $("$TF" output -raw sandbox_expires_at)"
+echo "job id:              $("$TF" output -raw job_id)"
 echo "job exit code:       $JOB_EXIT"
 echo "job logs:"
-terraform output -raw job_logs | sed 's/^/  | /'
+"$TF" output -raw job_logs | sed 's/^/  | /'
 
 say "running code in $SANDBOX_ID through the API"
 echo "curl -s $API/sandboxes/$SANDBOX_ID/run_code -d '{\"language\": \"python\", \"code\": \"print(2 + 2)\"}'"
@@ -165,8 +175,8 @@ if [[ $JOB_EXIT != 0 ]]; then
 	exit 1
 fi
 
-say "terraform destroy"
-terraform destroy -auto-approve -input=false -no-color
+say "$TF_NAME destroy"
+"$TF" destroy -auto-approve -input=false -no-color
 DESTROYED=1
 
 say "demo finished"

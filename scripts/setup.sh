@@ -8,6 +8,8 @@
 #   5. creates the sandbox network rarecloud-sandbox and its firewall rules
 #   6. runs the sandboxes' DNS forwarder (dnsmasq on the bridge gateway only)
 #   7. builds the template images rarecloud/sandbox-{base,python,node}:latest
+#   8. builds the pinned OpenTofu CLI into /usr/local/lib/rarecloud/bin/tofu
+#      (in the background from step 3 on, so it overlaps steps 4-7)
 #
 # Idempotent: a second run only checks and takes seconds. Runs as root,
 # non-interactively. Progress goes to stderr, a one-line summary to stdout.
@@ -43,6 +45,8 @@ t0=$(now_ms)
 cleanup=()
 on_exit() {
 	local p
+	# A background build (OpenTofu, section 8) does not outlive a failed run.
+	[[ -n ${tofu_pid:-} ]] && kill -TERM "$tofu_pid" 2>/dev/null
 	for p in "${cleanup[@]}"; do rm -rf "$p"; done
 }
 trap on_exit EXIT
@@ -68,7 +72,8 @@ check_tools() {
 }
 
 # ---------------------------------------------------------------- 2. packages
-PACKAGES=(docker.io containerd runc tini mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps dnsmasq-base)
+PACKAGES=(docker.io containerd runc tini mmdebstrap busybox-static iptables iproute2 ca-certificates util-linux procps dnsmasq-base
+	gnupg unzip) # the last two for make release-check
 
 ensure_packages() {
 	local missing=() p st
@@ -669,8 +674,66 @@ ensure_images() {
 	summary+=("$msg")
 }
 
+# ---------------------------------------------------------------- 8. OpenTofu
+# The acceptance tests also run under OpenTofu. No release site is
+# reachable, so the pinned CLI is built from the Go module proxy: its go.mod
+# has a replace line, so `go install` cannot build it; `go build ./cmd/tofu`
+# inside the downloaded module can. version.dev=no makes it report the
+# release version (as OpenTofu's own release build does).
+RC_TOFU=$RC_BIN/tofu
+RC_TOFU_MODULE=github.com/opentofu/opentofu
+RC_TOFU_VERSION=1.12.6
+tofu_pid=""
+tofu_log=""
+tofu_t=0
+
+tofu_ok() {
+	# (A missing CLI configuration file makes it print a warning first.)
+	[[ -x $RC_TOFU ]] && CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null | grep -qx "OpenTofu v$RC_TOFU_VERSION"
+}
+
+# start_tofu starts the build in the background (about 6.6 minutes on two
+# busy cores with a cold cache); wait_tofu collects it.
+start_tofu() {
+	if tofu_ok; then
+		log "tofu ok ($RC_TOFU_VERSION)"
+		summary+=("tofu ok")
+		return
+	fi
+	local dir tmp
+	dir=$(cd / && go mod download -json "$RC_TOFU_MODULE@v$RC_TOFU_VERSION" </dev/null | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -n $dir && -f $dir/go.mod ]] || die "go mod download $RC_TOFU_MODULE@v$RC_TOFU_VERSION failed"
+	mkdir -p "$RC_BIN"
+	tmp=$(mktemp -d "$RC_PREFIX/.build.XXXXXX")
+	cleanup+=("$tmp")
+	tofu_log=$tmp/build.log
+	log "building OpenTofu $RC_TOFU_VERSION in the background (log $tofu_log)"
+	tofu_t=$(now_ms)
+	(
+		cd "$dir"
+		CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go build -trimpath \
+			-ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
+			-o "$tmp/tofu" ./cmd/tofu
+	) </dev/null >"$tofu_log" 2>&1 &
+	tofu_pid=$!
+}
+
+wait_tofu() {
+	[[ -n $tofu_pid ]] || return 0
+	log "waiting for the OpenTofu build"
+	if ! wait "$tofu_pid"; then
+		die "building OpenTofu $RC_TOFU_VERSION failed:
+$(tail -n 20 "$tofu_log")"
+	fi
+	tofu_pid=""
+	mv -f "$(dirname "$tofu_log")/tofu" "$RC_TOFU"
+	tofu_ok || die "$RC_TOFU does not report OpenTofu v$RC_TOFU_VERSION"
+	summary+=("tofu $RC_TOFU_VERSION built ($((($(now_ms) - tofu_t) / 1000))s)")
+}
+
 check_tools
 ensure_packages
+start_tofu
 ensure_runsc
 ensure_dockerd
 ensure_firewall
@@ -678,6 +741,7 @@ ensure_network
 ensure_dns
 ensure_egress
 ensure_images
+wait_tofu
 
 total=$(($(now_ms) - t0))
 line="setup:"

@@ -2,7 +2,7 @@ terraform {
   required_providers {
     rarecloud = {
       source  = "rarecloudio/rarecloud"
-      version = "~> 0.1"
+      version = "~> 0.4"
     }
   }
 }

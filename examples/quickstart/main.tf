@@ -9,7 +9,8 @@
 terraform {
   required_providers {
     rarecloud = {
-      source = "rarecloudio/rarecloud"
+      source  = "rarecloudio/rarecloud"
+      version = "~> 0.4"
     }
   }
 }

@@ -83,7 +83,7 @@ func TestAccExample_writeOnlyEnv(t *testing.T) {
 	token := randomSecret(t)
 	resource.ParallelTest(t, resource.TestCase{
 		TerraformVersionChecks: []tfversion.TerraformVersionCheck{
-			tfversion.SkipBelow(tfversion.Version1_11_0),
+			requireCLI(featureWriteOnly),
 		},
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -110,7 +110,7 @@ func TestAccExample_ephemeralSandbox(t *testing.T) {
 	obs := &closeObserver{}
 	resource.ParallelTest(t, resource.TestCase{
 		TerraformVersionChecks: []tfversion.TerraformVersionCheck{
-			tfversion.SkipBelow(tfversion.Version1_10_0),
+			requireCLI(featureEphemeral),
 		},
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: ephemeralFactories(obs),

@@ -233,7 +233,7 @@ output "job_logs" {
 	}
 	resource.ParallelTest(t, resource.TestCase{
 		TerraformVersionChecks: []tfversion.TerraformVersionCheck{
-			tfversion.SkipBelow(tfversion.Version1_11_0), // ephemeral resources 1.10, env_wo 1.11
+			requireCLI(featureEphemeral, featureWriteOnly),
 		},
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: ephemeralFactories(obs),
@@ -653,7 +653,7 @@ func TestSandboxEphemeralValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resource.UnitTest(t, resource.TestCase{
 				TerraformVersionChecks: []tfversion.TerraformVersionCheck{
-					tfversion.SkipBelow(tfversion.Version1_10_0),
+					requireCLI(featureEphemeral),
 				},
 				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 				Steps: []resource.TestStep{{
