@@ -36,11 +36,11 @@ func machine() string {
 func writeReport(rep *report, dir string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Machine: %s\nDate: %s\n\n", rep.Machine, rep.Date)
-	fmt.Fprintf(&b, "| operation | count | errors | p50 ms | p95 ms | max ms | ratio to floor (p50) |\n|---|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(&b, "| operation | count | errors | p50 ms | p95 ms | max ms | ratio p50 / p95 to |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rep.Rows {
 		ratio := ""
 		if r.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f× %s", r.Ratio, strings.TrimPrefix(r.Floor, "floor: "))
+			ratio = fmt.Sprintf("%.2f× / %.2f× %s", r.Ratio, r.RatioP95, r.Floor)
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.1f | %.1f | %s |\n", r.Name, r.Count, r.Errors, r.P50, r.P95, r.Max, ratio)
 	}

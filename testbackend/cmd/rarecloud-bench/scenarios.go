@@ -193,7 +193,8 @@ func concurrentCreates(ctx context.Context, c *client.Client, n int) (*row, []st
 	return summarize(fmt.Sprintf("%d concurrent creates → running", n), samples, errs), ids
 }
 
-func spreadCommands(ctx context.Context, c *client.Client, ids []string, total, workers int) *row {
+// spread runs total calls of f from workers goroutines at once.
+func spread(total, workers int, name string, f func(i int) error) *row {
 	var mu sync.Mutex
 	var samples []time.Duration
 	errs := 0
@@ -205,10 +206,11 @@ func spreadCommands(ctx context.Context, c *client.Client, ids []string, total, 
 			defer wg.Done()
 			for i := range jobs {
 				t0 := time.Now()
-				err := echo(ctx, c, ids[i%len(ids)])
+				err := f(i)
 				mu.Lock()
 				if err != nil {
 					errs++
+					fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
 				} else {
 					samples = append(samples, time.Since(t0))
 				}
@@ -221,5 +223,5 @@ func spreadCommands(ctx context.Context, c *client.Client, ids []string, total, 
 	}
 	close(jobs)
 	wg.Wait()
-	return summarize(fmt.Sprintf("%d commands over %d sandboxes, %d at once", total, len(ids), workers), samples, errs)
+	return summarize(name, samples, errs)
 }

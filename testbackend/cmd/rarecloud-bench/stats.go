@@ -7,15 +7,16 @@ import (
 
 // row is one line of the table.
 type row struct {
-	Name    string    `json:"name"`
-	Count   int       `json:"count"`
-	Errors  int       `json:"errors"`
-	P50     float64   `json:"p50Ms"`
-	P95     float64   `json:"p95Ms"`
-	Max     float64   `json:"maxMs"`
-	Floor   string    `json:"floor,omitempty"`
-	Ratio   float64   `json:"ratioToFloorP50,omitempty"`
-	Samples []float64 `json:"-"`
+	Name     string    `json:"name"`
+	Count    int       `json:"count"`
+	Errors   int       `json:"errors"`
+	P50      float64   `json:"p50Ms"`
+	P95      float64   `json:"p95Ms"`
+	Max      float64   `json:"maxMs"`
+	Floor    string    `json:"floor,omitempty"`
+	Ratio    float64   `json:"ratioP50,omitempty"`
+	RatioP95 float64   `json:"ratioP95,omitempty"`
+	Samples  []float64 `json:"-"`
 }
 
 type report struct {
