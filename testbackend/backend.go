@@ -52,6 +52,9 @@ type Config struct {
 	PoolSize int
 	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
 	MaxInFlight int
+	// QueueWait is how long a request over MaxInFlight waits for a slot
+	// before the 429; 0 for the default (2 s), negative for no wait.
+	QueueWait time.Duration
 	Logger      *slog.Logger
 }
 
@@ -164,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
 	b.srv = &http.Server{
-		Handler:           api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight}),
+		Handler:           api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {

@@ -40,7 +40,8 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
-	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account before the API answers 429 with Retry-After")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account; past it a request queues for --queue-wait, then the API answers 429 with Retry-After")
+	fs.DurationVar(&cfg.QueueWait, "queue-wait", 2*time.Second, "how long a request over --max-in-flight waits for a slot before the 429 (0s: refuse at once)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: rarecloud-testbackend [flags]\n\nEvery flag can also be set as RARECLOUD_TESTBACKEND_<FLAG>.\n\n")
@@ -54,6 +55,9 @@ func run(args []string) error {
 			return nil
 		}
 		return err
+	}
+	if cfg.QueueWait == 0 {
+		cfg.QueueWait = -1 // the flag's 0s means no wait; the Config's 0 means the default
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
