@@ -76,7 +76,10 @@ type Config struct {
 	// allowed names (default the sandboxes' forwarder make setup runs).
 	EgressControl     string
 	EgressDNSUpstream string
-	Logger            *slog.Logger
+	// QueueWait is how long a request over MaxInFlight waits for a slot
+	// before the 429; 0 for the default (2 s), negative for no wait.
+	QueueWait time.Duration
+	Logger    *slog.Logger
 }
 
 // Account holds per-account settings.
@@ -213,7 +216,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
-	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight})
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait})
 	if cfg.ValidateResponses {
 		handler = validating(handler, cfg.Logger)
 	}

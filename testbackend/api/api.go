@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -98,11 +97,10 @@ type Server struct {
 	log    *slog.Logger
 	mocked bool
 
-	// maxInFlight bounds one account's concurrent requests; past it the
-	// API answers 429 with Retry-After instead of queueing without end.
-	maxInFlight int
-	inFlightMu  sync.Mutex
-	inFlight    map[string]int
+	// admit bounds one account's concurrent requests: past the limit a
+	// request queues for a bounded time, then the API answers 429 with
+	// Retry-After instead of queueing without end.
+	admit *admission
 }
 
 // DefaultMaxInFlight is the per-account concurrency limit.
@@ -112,6 +110,9 @@ const DefaultMaxInFlight = 64
 type Options struct {
 	// MaxInFlight is the per-account concurrency limit; 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// QueueWait is how long a request over the limit waits for a slot
+	// before the 429; 0 means DefaultQueueWait, negative means no wait.
+	QueueWait time.Duration
 }
 
 // New builds the API over a manager.
@@ -119,12 +120,17 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest, maxInFlight: DefaultMaxInFlight, inFlight: map[string]int{}}
+	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest}
+	maxInFlight, wait := DefaultMaxInFlight, DefaultQueueWait
 	for _, o := range opts {
 		if o.MaxInFlight > 0 {
-			s.maxInFlight = o.MaxInFlight
+			maxInFlight = o.MaxInFlight
+		}
+		if o.QueueWait != 0 {
+			wait = max(o.QueueWait, 0)
 		}
 	}
+	s.admit = newAdmission(maxInFlight, wait)
 	for _, t := range tokens {
 		s.tokens[t.Token] = t
 	}
@@ -231,12 +237,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.account = account
-	if !s.acquire(account) {
+	if !s.admit.acquire(r.Context(), account) {
 		w.Header().Set("Retry-After", "1")
-		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once); retry after a second", s.maxInFlight))
+		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once, and none freed within %s); retry after a second", s.admit.max, s.admit.wait))
 		return
 	}
-	defer s.release(account)
+	defer s.admit.release(account)
 	if s.needsEngine(r.URL.Path) {
 		if err := s.mgr.EngineAvailable(r.Context()); err != nil {
 			s.writeErr(w, err)
@@ -244,24 +250,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h(w, r, c)
-}
-
-func (s *Server) acquire(account string) bool {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[account] >= s.maxInFlight {
-		return false
-	}
-	s.inFlight[account]++
-	return true
-}
-
-func (s *Server) release(account string) {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[account]--; s.inFlight[account] <= 0 {
-		delete(s.inFlight, account)
-	}
 }
 
 func (s *Server) needsEngine(path string) bool {

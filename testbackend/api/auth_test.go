@@ -105,11 +105,13 @@ func replaceID(path, id string) string {
 	return out
 }
 
-// TestConcurrencyLimit: past the per-account limit the API answers 429
-// with Retry-After; other accounts are not affected.
+// TestConcurrencyLimit: past the per-account limit a request waits its
+// bounded time in line, then the API answers 429 with Retry-After; other
+// accounts are not affected.
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	b, err := startBackend(t.TempDir(), testbackend.Config{MaxInFlight: 2})
+	const queueWait = 300 * time.Millisecond
+	b, err := startBackend(t.TempDir(), testbackend.Config{MaxInFlight: 2, QueueWait: queueWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +124,26 @@ func TestConcurrencyLimit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.Raw("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "sleep 2"}, nil)
+			// Holds a slot for at least 10 s: it cannot end sooner.
+			c.Raw("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": "sleep 10"}, nil)
 		}()
 	}
-	time.Sleep(500 * time.Millisecond) // both slow commands are in flight
-	r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil)
+	// Within those 10 s both slots are taken: some GET must queue for
+	// queueWait and then be refused.
+	var r apitest.Response
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		t0 := time.Now()
+		r = c.Do("GET", "/sandboxes/"+id, tokA, nil, nil)
+		if r.Status == http.StatusTooManyRequests {
+			if waited := time.Since(t0); waited < queueWait {
+				t.Errorf("refused after %s, before its %s in line", waited, queueWait)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 429 while two 10 s commands held both slots; last answer %d", r.Status)
+		}
+	}
 	apitest.ExpectErr(t, r, http.StatusTooManyRequests, "TOO_MANY_REQUESTS")
 	if r.Header.Get("Retry-After") == "" {
 		t.Error("429 without Retry-After")

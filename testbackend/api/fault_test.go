@@ -4,18 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -36,10 +35,7 @@ func backendBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "rarecloud-testbackend")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/cmd/rarecloud-testbackend").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
+		binErr = backendproc.Build(context.Background(), binPath)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
@@ -49,56 +45,35 @@ func backendBinary(t *testing.T) string {
 
 // process is a backend running as its own process, so it can be killed.
 type process struct {
-	cmd  *exec.Cmd
+	*backendproc.Process
 	addr string
-	done chan struct{}
 }
 
+// startProcess starts a backend on data (its log beside data), on addr or
+// a free port, and kills it when the test ends.
 func startProcess(t *testing.T, data, tokens, addr string) *process {
 	t.Helper()
-	if addr == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = ln.Addr().String()
-		ln.Close()
-	}
-	log, err := os.OpenFile(filepath.Join(data, "..", "backend.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logPath := filepath.Join(data, "..", "backend.log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(backendBinary(t), "--listen", addr, "--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", "0")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p, err := backendproc.Start(backendproc.Options{
+		Binary:        backendBinary(t),
+		Addr:          addr,
+		Args:          []string{"--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", "0"},
+		Log:           log,
+		ListenTimeout: time.Minute,
+	})
+	if err != nil {
+		out, _ := os.ReadFile(logPath)
+		t.Fatalf("%v\n%s", err, out)
 	}
-	p := &process{cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	wait := 10 * time.Millisecond
-	for deadline := time.Now().Add(time.Minute); ; {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return p
-		}
-		select {
-		case <-p.done:
-			log, _ := os.ReadFile(filepath.Join(data, "..", "backend.log"))
-			t.Fatalf("backend exited:\n%s", log)
-		case <-time.After(wait):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("backend did not listen")
-		}
-		wait = min(wait*2, 200*time.Millisecond)
-	}
+	t.Cleanup(p.Kill)
+	return &process{Process: p, addr: p.Addr}
 }
 
-func (p *process) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
+func (p *process) kill() { p.Kill() }
 
 // TestKilledDuringCreate kills the backend with SIGKILL while a create is
 // in flight, at two points it observes rather than guesses: once the

@@ -42,7 +42,8 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
-	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account before the API answers 429 with Retry-After")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account; past it a request queues for --queue-wait, then the API answers 429 with Retry-After")
+	fs.DurationVar(&cfg.QueueWait, "queue-wait", 2*time.Second, "how long a request over --max-in-flight waits for a slot before the 429 (0s: refuse at once)")
 	fs.Float64Var(&cfg.VCPULimit, "vcpu-limit", 64, `vCPUs the live sandboxes of one account may use together; the tokens file's "accounts":[{"account","vcpuLimit"}] overrides it per account`)
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
@@ -59,6 +60,9 @@ func run(args []string) error {
 			return nil
 		}
 		return err
+	}
+	if cfg.QueueWait == 0 {
+		cfg.QueueWait = -1 // the flag's 0s means no wait; the Config's 0 means the default
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {

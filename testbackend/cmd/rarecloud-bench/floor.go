@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rt "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
+)
+
+// The floor rows: the same work done through the Docker Engine API alone,
+// with the argv the API itself runs (sh -c for commands, the interpreter
+// reading code on stdin for run_code) and no wrapper around it.
+const (
+	floorStart     = "floor: container create+start (runsc)"
+	floorExec      = "floor: exec sh -c 'echo hi'"
+	floorStartExec = "floor: create+start, then exec sh -c 'echo hi'"
+	floorPython    = "floor: exec python3 - (code on stdin)"
+	floorNode      = "floor: exec node - (code on stdin)"
+	floorRemove    = "floor: container remove"
+	floorConcStart = "floor: 20 container create+start at once"
+	floorConcExec  = "floor: 500 execs over 20 containers, 20 at once"
+)
+
+var floorOrder = []string{floorStart, floorExec, floorStartExec, floorPython, floorNode, floorRemove, floorConcStart, floorConcExec}
+
+// echoArgv is what the API runs for the command "echo hi".
+var echoArgv = []string{"sh", "-c", "echo hi"}
+
+// floorRig is a runtime with no agent and no backend in front of it, on the
+// same network and with the same limits as a sandbox of the base template.
+type floorRig struct {
+	d *rt.Docker
+	n atomic.Int64
+}
+
+func newFloorRig() (*floorRig, error) {
+	d, err := rt.NewDocker(rt.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: rt.AgentNone})
+	if err != nil {
+		return nil, err
+	}
+	return &floorRig{d: d}, nil
+}
+
+func (f *floorRig) spec(image string) rt.Spec {
+	name := "rarecloud-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(f.n.Add(1), 10)
+	return rt.Spec{Name: name, Image: image, NanoCPUs: 1e9, MemoryBytes: 1 << 30, HomeBytes: 2 << 30, TmpBytes: 1 << 30, MaxProcs: 512}
+}
+
+func (f *floorRig) exec(ctx context.Context, id string, argv []string, stdin string) error {
+	req := rt.ExecRequest{Cmd: argv, MaxOutput: 1 << 20}
+	if stdin != "" {
+		req.Stdin = strings.NewReader(stdin)
+	}
+	res, err := f.d.Exec(ctx, id, req)
+	if err == nil && (res.ExitCode == nil || *res.ExitCode != 0) {
+		err = fmt.Errorf("exit %v: %s", res.ExitCode, res.Stderr)
+	}
+	return err
+}
+
+// measureFloor measures every floor row.
+func measureFloor(ctx context.Context, o options, f *floorRig) (map[string]*row, error) {
+	d := f.d
+	out := map[string]*row{}
+	var starts, removes, firsts []time.Duration
+	errs := 0
+	for i := 0; i < o.n/2; i++ {
+		t0 := time.Now()
+		id, err := d.Start(ctx, f.spec(sandbox.ImageBase))
+		if err != nil {
+			errs++
+			continue
+		}
+		starts = append(starts, time.Since(t0))
+		if err := f.exec(ctx, id, echoArgv, ""); err != nil {
+			errs++
+		}
+		firsts = append(firsts, time.Since(t0))
+		t1 := time.Now()
+		_ = d.Remove(ctx, id)
+		removes = append(removes, time.Since(t1))
+	}
+	out[floorStart] = summarize(floorStart, starts, errs)
+	out[floorStartExec] = summarize(floorStartExec, firsts, errs)
+	out[floorRemove] = summarize(floorRemove, removes, 0)
+	for _, c := range []struct {
+		image, name string
+		argv        []string
+		stdin       string
+		n           int
+	}{
+		{sandbox.ImageBase, floorExec, echoArgv, "", o.n * 5},
+		{sandbox.ImagePython, floorPython, []string{"python3", "-"}, "print('hi')", o.n},
+		{sandbox.ImageNode, floorNode, []string{"node", "-"}, "console.log('hi')", o.n / 2},
+	} {
+		id, err := d.Start(ctx, f.spec(c.image))
+		if err != nil {
+			return nil, err
+		}
+		out[c.name] = repeat(c.n, func() error { return f.exec(ctx, id, c.argv, c.stdin) }, c.name)
+		_ = d.Remove(ctx, id)
+	}
+
+	// Concurrency: the same 20 at once the API rows use.
+	ids := make([]string, 20)
+	var mu sync.Mutex
+	var samples []time.Duration
+	errs = 0
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			id, err := d.Start(ctx, f.spec(sandbox.ImageBase))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs++
+				return
+			}
+			ids[i] = id
+			samples = append(samples, time.Since(t0))
+		}()
+	}
+	wg.Wait()
+	out[floorConcStart] = summarize(floorConcStart, samples, errs)
+	live := ids[:0]
+	for _, id := range ids {
+		if id != "" {
+			live = append(live, id)
+		}
+	}
+	if len(live) > 0 {
+		out[floorConcExec] = spread(500, 20, floorConcExec, func(i int) error { return f.exec(ctx, live[i%len(live)], echoArgv, "") })
+	}
+	for _, id := range live {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = d.Remove(ctx, id) }()
+	}
+	wg.Wait()
+	return out, nil
+}
