@@ -355,7 +355,7 @@ output "job_logs" {
 func TestHelperEphemeralProbe(t *testing.T) {
 	out := os.Getenv("RARECLOUD_PROBE_OUT")
 	if out == "" {
-		t.Skip("run by TestAccSandboxEphemeral_lifecycle's provisioner")
+		return // run by TestAccSandboxEphemeral_lifecycle's provisioner; on its own it has nothing to do (a skip would fail make test)
 	}
 	id := os.Getenv("RARECLOUD_PROBE_SANDBOX")
 	c, err := client.New(client.Config{BaseURL: os.Getenv(EnvAPI), Token: os.Getenv(EnvToken), UserAgent: "rarecloud-ephemeral-probe"})
