@@ -28,8 +28,8 @@ type accountQueue struct {
 	waiters  []chan struct{} // oldest first; closed when granted a slot
 }
 
-func newAdmission(max int, wait time.Duration) *admission {
-	return &admission{max: max, wait: wait, maxQueue: 4 * max, accounts: map[string]*accountQueue{}}
+func newAdmission(limit int, wait time.Duration) *admission {
+	return &admission{max: limit, wait: wait, maxQueue: 4 * limit, accounts: map[string]*accountQueue{}}
 }
 
 // acquire takes a slot for account, waiting in line up to a.wait (or until

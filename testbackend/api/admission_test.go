@@ -40,6 +40,9 @@ func TestAdmissionQueuesFirstComeFirstServed(t *testing.T) {
 		t.Fatal("another account was refused")
 	}
 	a.release("other")
+	if in, w := a.state("other"); in != 0 || w != 0 {
+		t.Fatalf("other account after its release: in flight %d, waiting %d", in, w)
+	}
 	for want := 0; want < 3; want++ {
 		a.release("acct")
 		if got := <-order; got != want {
