@@ -35,10 +35,13 @@ resource "rarecloud_sandbox_file" "app" {
   source     = "${local.app_dir}/${each.value}"
 }
 
-# Runs the tests. Any change to an uploaded file runs them again.
+# Runs the tests. Any change to an uploaded file runs them again. `-B`
+# writes no bytecode cache: Python trusts a cached .pyc whose source has the
+# same size and modification second, so a fix uploaded within a second of
+# the last run could otherwise be ignored.
 resource "rarecloud_sandbox_command" "tests" {
   sandbox_id           = rarecloud_sandbox.ci.id
-  command              = "cd /home/user/app && python3 run_tests.py"
+  command              = "cd /home/user/app && python3 -B run_tests.py"
   timeout_ms           = 600000 # 10 minutes
   fail_on_nonzero_exit = true
 
