@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,12 +89,18 @@ func TestDeadBackendIsReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if n := instanceContainers(t, deadData); n != 0 {
-		t.Errorf("the dead backend's containers outlived it: %d left after another backend started", n)
-	}
-	if n := instanceContainers(t, ephemeralData); n != 0 {
-		t.Errorf("a dead ephemeral backend's containers outlived it: %d left", n)
-	}
+	// Backends of other tests in this package start (and reap) at the same
+	// time: one of them may hold a dead lease while it reaps, so the
+	// removal is awaited, bounded. Without any reaper nothing removes them.
+	eventually(t, time.Minute, func() error {
+		if n := instanceContainers(t, deadData); n != 0 {
+			return fmt.Errorf("the dead backend's containers outlived it: %d left after another backend started", n)
+		}
+		if n := instanceContainers(t, ephemeralData); n != 0 {
+			return fmt.Errorf("a dead ephemeral backend's containers outlived it: %d left", n)
+		}
+		return nil
+	})
 	if n := instanceContainers(t, keptData); n != 1 {
 		t.Errorf("a killed backend whose data directory stays lost its containers: %d, want 1", n)
 	}
@@ -111,16 +118,21 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	if !ok {
 		t.Fatalf("runtime %T", b.Runtime())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, data := range []string{keptData, liveData} {
-		if n := instanceContainers(t, data); n != 0 {
-			t.Errorf("%s: %d containers left after the reap", data, n)
+	// Again awaited: a concurrent reaper may hold one of these leases
+	// while it removes the same containers.
+	eventually(t, time.Minute, func() error {
+		if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
+			return err
 		}
-	}
+		for _, data := range []string{keptData, liveData} {
+			if n := instanceContainers(t, data); n != 0 {
+				return fmt.Errorf("%s: %d containers left after the reap", data, n)
+			}
+		}
+		return nil
+	})
 }
 
 // ephemeralLeftover is what a killed test binary leaves: an ephemeral
