@@ -531,6 +531,7 @@ func apiErrorCodes(t *testing.T, doc *openapi3.T) map[string]int {
 type parsed struct {
 	consts    map[string]string // string constants by name
 	wireTypes []string          // struct types with a json tag
+	senders   []string          // exported methods that call c.do
 }
 
 // parsePackage reads the package's non-test source.
@@ -551,6 +552,12 @@ func parsePackage(t *testing.T) parsed {
 			t.Fatal(err)
 		}
 		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok {
+				if fd.Recv != nil && fd.Name.IsExported() && callsDo(fd) {
+					out.senders = append(out.senders, fd.Name.Name)
+				}
+				continue
+			}
 			gd, ok := decl.(*ast.GenDecl)
 			if !ok {
 				continue
@@ -578,6 +585,20 @@ func parsePackage(t *testing.T) parsed {
 		}
 	}
 	return out
+}
+
+// callsDo reports whether a method's body calls its receiver's do.
+func callsDo(fd *ast.FuncDecl) bool {
+	found := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "do" {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 func hasJSONTag(st *ast.StructType) bool {
