@@ -3,6 +3,11 @@
 // It decodes the API's envelope into typed values and *APIError, retries
 // what is safe to retry with exponential backoff and jitter, and logs every
 // request through the tflog subsystem "api" with the token redacted.
+//
+// Its wire types (sandboxes.go, the envelope in request.go) and error codes
+// (errors.go) are its own, written apart from the test backend's; the
+// contract tests (contract_test.go, contract_requests_test.go) hold them
+// to the API's description, testbackend/api/openapi.yaml.
 package client
 
 import (

@@ -300,7 +300,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		mu.Unlock()
 		if n.Add(1) == 1 {
 			w.Header().Set("Retry-After", "1")
-			writeJSON(w, 429, errBody("RATE_LIMITED", "slow down"))
+			writeJSON(w, 429, errBody(CodeTooManyRequests, "slow down"))
 			return
 		}
 		writeJSON(w, 200, okBody([]any{}))

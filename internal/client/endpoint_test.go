@@ -273,7 +273,7 @@ func TestRetryTimeBounded(t *testing.T) {
 func TestFinal429SaysHowOftenItTried(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "0")
-		writeJSON(w, 429, errBody("RATE_LIMITED", "too many requests"))
+		writeJSON(w, 429, errBody(CodeTooManyRequests, "too many requests"))
 	}))
 	defer srv.Close()
 	c := newTestClient(t, srv, Config{MaxRetries: 3})
@@ -282,7 +282,7 @@ func TestFinal429SaysHowOftenItTried(t *testing.T) {
 	if !ok || apiErr.Status != 429 || apiErr.Attempts != 4 {
 		t.Fatalf("err = %#v", err)
 	}
-	if !strings.Contains(err.Error(), "HTTP 429 RATE_LIMITED: too many requests (gave up after 4 attempts over ") {
+	if !strings.Contains(err.Error(), "HTTP 429 TOO_MANY_REQUESTS: too many requests (gave up after 4 attempts over ") {
 		t.Errorf("message = %q", err.Error())
 	}
 	var unreachable *UnreachableError

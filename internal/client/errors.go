@@ -9,7 +9,9 @@ import (
 )
 
 // API error codes the provider and the tests act on. The API may answer
-// with others; they still decode into an *APIError.
+// with others; they still decode into an *APIError. Each must be a code
+// openapi.yaml documents (TestErrorCodesAreTheAPIs): name a code here
+// rather than as a literal at the call site.
 const (
 	CodeUnauthorized          = "UNAUTHORIZED"
 	CodeInsufficientScope     = "INSUFFICIENT_SCOPE"
@@ -22,6 +24,12 @@ const (
 	CodeInvalidLabels         = "INVALID_LABELS"
 	CodeInvalidEnv            = "INVALID_ENV"
 	CodePayloadTooLarge       = "PAYLOAD_TOO_LARGE"
+	CodeInvalidPath           = "INVALID_PATH"
+	CodePermissionDenied      = "PERMISSION_DENIED"
+	CodeIsADirectory          = "IS_A_DIRECTORY"
+	CodeFileTooLarge          = "FILE_TOO_LARGE"
+	CodeFileNotText           = "FILE_NOT_TEXT"
+	CodeStorageFull           = "STORAGE_FULL"
 	CodeImagePullFailed       = "IMAGE_PULL_FAILED"
 	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
 	CodeSandboxNotReady       = "SANDBOX_NOT_READY"
@@ -29,7 +37,9 @@ const (
 	CodeLanguageNotAvailable  = "LANGUAGE_NOT_AVAILABLE"
 	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
 	CodeIdempotencyInProgress = "IDEMPOTENCY_IN_PROGRESS"
-	CodeRateLimited           = "RATE_LIMITED"
+	// CodeTooManyRequests comes with HTTP 429 and a Retry-After header;
+	// the client retries on the status, whatever the code.
+	CodeTooManyRequests = "TOO_MANY_REQUESTS"
 )
 
 // Sentinel errors for errors.Is. An *APIError matches the sentinel of its

@@ -97,6 +97,12 @@ type File struct {
 	Content string `json:"content"`
 }
 
+// FileWritten is the answer of PUT /sandboxes/{id}/files.
+type FileWritten struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"` // bytes written
+}
+
 type logsAnswer struct {
 	Logs string `json:"logs"`
 }
@@ -195,8 +201,8 @@ func (c *Client) RunCommand(ctx context.Context, id string, in CommandRequest) (
 }
 
 // WriteFile answers PUT /sandboxes/{id}/files.
-func (c *Client) WriteFile(ctx context.Context, id, path, content string) (*File, error) {
-	var out File
+func (c *Client) WriteFile(ctx context.Context, id, path, content string) (*FileWritten, error) {
+	var out FileWritten
 	err := c.do(ctx, request{method: http.MethodPut, path: sandboxPath(id, "/files"), body: File{Path: path, Content: content}}, &out)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,9 @@ package provider
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -164,7 +167,7 @@ func TestProviderRetryDurationReachesTheClient(t *testing.T) {
 }
 
 func TestTooManyRequestsDetail(t *testing.T) {
-	err := &client.APIError{Status: 429, Code: "RATE_LIMITED", Message: "slow down", Method: "POST", Path: "/sandboxes",
+	err := &client.APIError{Status: 429, Code: client.CodeTooManyRequests, Message: "slow down", Method: "POST", Path: "/sandboxes",
 		Attempts: 7, Elapsed: 95 * time.Second}
 	detail := apiErrorDetail("", errors.Join(err))
 	for _, part := range []string{"HTTP 429", "gave up after 7 attempts over 1m35s", "-parallelism", "max_retry_duration"} {
@@ -192,4 +195,27 @@ data "rarecloud_sandbox_templates" "all" {}
 			Check: resource.TestCheckResourceAttrSet("data.rarecloud_sandbox_templates.all", "templates.#"),
 		}},
 	})
+}
+
+// TestAPICodesNamedThroughTheClient: the provider names API error codes
+// only through the client's constants, which the client's contract test
+// holds against openapi.yaml; a literal code here would escape that check.
+func TestAPICodesNamedThroughTheClient(t *testing.T) {
+	literal := regexp.MustCompile(`(HasCode\([^,]+,\s*|Code\s*[!=]=\s*)"[A-Z][A-Z_]*"`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range literal.FindAll(src, -1) {
+			t.Errorf("%s: %s: name the code with a client.Code constant", name, m)
+		}
+	}
 }

@@ -3,9 +3,11 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,12 +209,29 @@ func TestProviderSchema(t *testing.T) {
 	for _, d := range resp.Diagnostics {
 		t.Errorf("schema diagnostic: %s: %s", d.Summary, d.Detail)
 	}
-	if _, ok := resp.ResourceSchemas["rarecloud_sandbox"]; !ok {
-		t.Error("rarecloud_sandbox missing")
-	}
-	for _, ds := range []string{"rarecloud_sandbox_templates", "rarecloud_sandbox_template", "rarecloud_sandbox_logs"} {
-		if _, ok := resp.DataSourceSchemas[ds]; !ok {
-			t.Errorf("%s missing", ds)
+	// Every resource, data source and ephemeral resource, no more and no
+	// fewer, each with its documentation page.
+	for _, kind := range []struct {
+		name, docs string
+		got        []string
+		want       []string
+	}{
+		{"resource", "resources", slices.Collect(maps.Keys(resp.ResourceSchemas)),
+			[]string{"rarecloud_sandbox", "rarecloud_sandbox_command", "rarecloud_sandbox_file"}},
+		{"data source", "data-sources", slices.Collect(maps.Keys(resp.DataSourceSchemas)),
+			[]string{"rarecloud_sandbox", "rarecloud_sandbox_file", "rarecloud_sandbox_logs", "rarecloud_sandbox_template", "rarecloud_sandbox_templates", "rarecloud_sandboxes"}},
+		{"ephemeral resource", "ephemeral-resources", slices.Collect(maps.Keys(resp.EphemeralResourceSchemas)),
+			[]string{"rarecloud_sandbox"}},
+	} {
+		slices.Sort(kind.got)
+		if !slices.Equal(kind.got, kind.want) {
+			t.Errorf("%ss: got %q, want %q", kind.name, kind.got, kind.want)
+		}
+		for _, name := range kind.got {
+			doc := filepath.Join("..", "..", "docs", kind.docs, strings.TrimPrefix(name, "rarecloud_")+".md")
+			if _, err := os.Stat(doc); err != nil {
+				t.Errorf("%s %s has no documentation page (make generate): %v", kind.name, name, err)
+			}
 		}
 	}
 	token := resp.Provider.Block.Attributes

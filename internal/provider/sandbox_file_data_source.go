@@ -112,13 +112,13 @@ func (d *sandboxFileDataSource) Read(ctx context.Context, req datasource.ReadReq
 				"[rarecloud_sandbox_command.<name>] to this data source so it is read after the command has run. (%s)",
 				id, p, apiErrorDetail("", err)))
 		return
-	case client.HasCode(err, "FILE_NOT_TEXT"):
+	case client.HasCode(err, client.CodeFileNotText):
 		resp.Diagnostics.AddAttributeError(path.Root("path"), summary,
 			fmt.Sprintf("The file %s in sandbox %s is not UTF-8 text, and this data source reads text only. Encode it inside "+
 				"the sandbox with a rarecloud_sandbox_command, for example command = \"base64 -w 0 -- %s > %s.b64\", read "+
 				"%s.b64 with this data source and decode it where needed. (%s)", p, id, shQuote(p), shQuote(p), p, apiErrorDetail("", err)))
 		return
-	case client.HasCode(err, "FILE_TOO_LARGE"):
+	case client.HasCode(err, client.CodeFileTooLarge):
 		resp.Diagnostics.AddAttributeError(path.Root("path"), summary,
 			fmt.Sprintf("The file %s in sandbox %s is larger than the API reads at once (8 MiB). Read a part of it with a "+
 				"rarecloud_sandbox_command (for example tail -c 65536), or compress it first. (%s)", p, id, apiErrorDetail("", err)))

@@ -304,8 +304,8 @@ func (r *sandboxFileResource) addFileError(diags *diag.Diagnostics, summary, id,
 	switch {
 	case errors.As(err, &fe):
 		diags.AddError(summary, fmt.Sprintf("Sandbox %s: %s.", id, fe.Error()))
-	case client.HasCode(err, "PERMISSION_DENIED"), client.HasCode(err, "IS_A_DIRECTORY"), client.HasCode(err, "INVALID_PATH"),
-		client.HasCode(err, "STORAGE_FULL"):
+	case client.HasCode(err, client.CodePermissionDenied), client.HasCode(err, client.CodeIsADirectory), client.HasCode(err, client.CodeInvalidPath),
+		client.HasCode(err, client.CodeStorageFull):
 		diags.AddError(summary, apiErrorDetail(id, err)+fmt.Sprintf(". Check path %q.", p))
 	default:
 		addSandboxUseError(diags, summary, id, err)
@@ -363,7 +363,7 @@ func (r *sandboxFileResource) Read(ctx context.Context, req resource.ReadRequest
 			state.Content = types.StringValue(f.Content)
 		case client.HasCode(err, client.CodeFileNotFound):
 			err = nil
-		case client.HasCode(err, "FILE_NOT_TEXT"), client.HasCode(err, "FILE_TOO_LARGE"):
+		case client.HasCode(err, client.CodeFileNotText), client.HasCode(err, client.CodeFileTooLarge):
 			if mode == "" {
 				var b64 string
 				b64, err = readSandboxFileBase64(ctx, c, id, p)

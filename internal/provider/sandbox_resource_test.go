@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	tfjson "github.com/hashicorp/terraform-json"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -173,12 +174,66 @@ output "sandbox_id" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("sandbox_id", knownvalue.StringRegexp(sbxIDRE)),
 					statecheck.ExpectKnownValue("rarecloud_sandbox.ci", tfjsonpath.New("status"), knownvalue.StringExact("running")),
-					statecheck.CompareValuePairs("rarecloud_sandbox.ci", tfjsonpath.New("id"), "rarecloud_sandbox.ci", tfjsonpath.New("id"), compare.ValuesSame()),
+					// The example's output is the sandbox it made.
+					outputIsAttr("sandbox_id", "rarecloud_sandbox.ci", "id"),
 				},
 				Check: runCodeInSandbox("rarecloud_sandbox.ci", "print(2 + 2)", "4\n"),
 			},
 		},
 	})
+}
+
+// outputIsAttr checks that a root output holds a resource's string
+// attribute (and that the attribute is set).
+func outputIsAttr(output, addr, attr string) statecheck.StateCheck {
+	return jsonStateCheck(func(s *tfjson.State) error {
+		want, err := jsonStateAttr(s, addr, attr)
+		if err != nil {
+			return err
+		}
+		o, ok := s.Values.Outputs[output]
+		if !ok || o == nil {
+			return fmt.Errorf("output %s not in state", output)
+		}
+		if got, _ := o.Value.(string); got != want || want == "" {
+			return fmt.Errorf("output %s = %v, want %s.%s = %q", output, o.Value, addr, attr, want)
+		}
+		return nil
+	})
+}
+
+// TestOutputIsAttr: the check fails when the output is another value, or
+// the attribute is unset, or the output is missing.
+func TestOutputIsAttr(t *testing.T) {
+	state := func(out any, id string) *tfjson.State {
+		s := &tfjson.State{Values: &tfjson.StateValues{
+			Outputs: map[string]*tfjson.StateOutput{},
+			RootModule: &tfjson.StateModule{Resources: []*tfjson.StateResource{
+				{Address: "rarecloud_sandbox.ci", AttributeValues: map[string]any{"id": id, "template": "python"}},
+			}},
+		}}
+		if out != nil {
+			s.Values.Outputs["sandbox_id"] = &tfjson.StateOutput{Value: out}
+		}
+		return s
+	}
+	check := outputIsAttr("sandbox_id", "rarecloud_sandbox.ci", "id")
+	for _, tc := range []struct {
+		name  string
+		state *tfjson.State
+		ok    bool
+	}{
+		{"same", state("sbx-abc", "sbx-abc"), true},
+		{"other value", state("python", "sbx-abc"), false},
+		{"unset attribute", state("", ""), false},
+		{"no output", state(nil, "sbx-abc"), false},
+	} {
+		var resp statecheck.CheckStateResponse
+		check.CheckState(context.Background(), statecheck.CheckStateRequest{State: tc.state}, &resp)
+		if (resp.Error == nil) != tc.ok {
+			t.Errorf("%s: error %v, want ok=%v", tc.name, resp.Error, tc.ok)
+		}
+	}
 }
 
 // runCodeInSandbox runs Python in the resource's sandbox through the API

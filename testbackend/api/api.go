@@ -137,20 +137,24 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 	return s
 }
 
-type envelope struct {
+// Envelope is every answer's body: {"ok":true,"data":…} or
+// {"ok":false,"error":{…}}, with "mocked":true in test mode. The server
+// writes Envelope[any]; the test harness reads Envelope[json.RawMessage].
+type Envelope[T any] struct {
 	OK     bool       `json:"ok"`
 	Mocked bool       `json:"mocked,omitempty"`
-	Data   any        `json:"data,omitempty"`
-	Error  *errorBody `json:"error,omitempty"`
+	Data   T          `json:"data,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
 }
 
-type errorBody struct {
+// ErrorBody is the error of an error answer.
+type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
 func (s *Server) writeData(w http.ResponseWriter, status int, data any) {
-	s.write(w, status, envelope{OK: true, Mocked: s.mocked, Data: data})
+	s.write(w, status, Envelope[any]{OK: true, Mocked: s.mocked, Data: data})
 }
 
 func (s *Server) writeErr(w http.ResponseWriter, err error) {
@@ -168,10 +172,10 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	} else if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "2")
 	}
-	s.write(w, status, envelope{OK: false, Mocked: s.mocked, Error: &errorBody{Code: e.Code, Message: e.Message}})
+	s.write(w, status, Envelope[any]{OK: false, Mocked: s.mocked, Error: &ErrorBody{Code: e.Code, Message: e.Message}})
 }
 
-func (s *Server) write(w http.ResponseWriter, status int, env envelope) {
+func (s *Server) write(w http.ResponseWriter, status int, env Envelope[any]) {
 	body, err := json.Marshal(env)
 	if err != nil {
 		status = http.StatusInternalServerError

@@ -12,13 +12,6 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
-// egressView is the part of a sandbox that egress control adds.
-type egressView struct {
-	ID              string   `json:"id"`
-	EgressMode      string   `json:"egressMode"`
-	EgressAllowlist []string `json:"egressAllowlist"`
-}
-
 // TestEgressValidation: every bad egressMode / egressAllowlist is refused
 // with 422 INVALID_EGRESS (or 400 for a wrong JSON type) and a message
 // naming the problem; good ones are recorded and shown as given; a request
@@ -82,7 +75,7 @@ func TestEgressValidation(t *testing.T) {
 	// A wrong JSON type is a malformed request, as for every other field.
 	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"egressMode": "ALLOW_LIST", "egressAllowlist": "example.com"}, nil), 400, "INVALID_REQUEST")
 	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"egressMode": 1}, nil), 400, "INVALID_REQUEST")
-	if n := len(apitest.DecodeData[[]egressView](t, c.Do("GET", "/sandboxes", tokA, nil, nil))); n != 0 {
+	if n := len(apitest.DecodeData[[]apitest.Sandbox](t, c.Do("GET", "/sandboxes", tokA, nil, nil))); n != 0 {
 		t.Fatalf("refused creates left %d sandboxes", n)
 	}
 
@@ -99,14 +92,14 @@ func TestEgressValidation(t *testing.T) {
 		if r.Status != http.StatusCreated {
 			t.Fatalf("create %v: %v", body, r)
 		}
-		v := apitest.DecodeData[egressView](t, r)
+		v := apitest.DecodeData[apitest.Sandbox](t, r)
 		wantMode, _ := body["egressMode"].(string)
 		if wantMode == "" {
 			wantMode = "ALLOW_ALL"
 		}
 		wantList, _ := body["egressAllowlist"].([]string)
-		got := apitest.DecodeData[egressView](t, c.Do("GET", "/sandboxes/"+v.ID, tokA, nil, nil))
-		for _, g := range []egressView{v, got} {
+		got := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+v.ID, tokA, nil, nil))
+		for _, g := range []apitest.Sandbox{v, got} {
 			if g.EgressMode != wantMode || !slices.Equal(g.EgressAllowlist, wantList) {
 				t.Fatalf("create %v shows egressMode %q egressAllowlist %q", body, g.EgressMode, g.EgressAllowlist)
 			}
@@ -137,7 +130,7 @@ func TestEgressControlOff(t *testing.T) {
 	}
 	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"egressMode": "NONE"}, nil), http.StatusUnprocessableEntity, sandbox.CodeInvalidEgress)
 	sb := c.Create(tokA, map[string]any{"egressMode": "ALLOW_ALL"})
-	if v := apitest.DecodeData[egressView](t, c.Do("GET", "/sandboxes/"+sb.ID, tokA, nil, nil)); v.EgressMode != "ALLOW_ALL" {
+	if v := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+sb.ID, tokA, nil, nil)); v.EgressMode != "ALLOW_ALL" {
 		t.Fatalf("egressMode %q", v.EgressMode)
 	}
 	if _, err := startBackend(t.TempDir(), testbackend.Config{EgressControl: "maybe"}); err == nil || !strings.Contains(err.Error(), "auto, on or off") {

@@ -54,7 +54,7 @@ func fuzzServer(t testing.TB) (http.Handler, string) {
 		rec := httptest.NewRecorder()
 		fuzzSrv.ServeHTTP(rec, fuzzRequest("POST", "/v1/sandboxes", `{"template":"python"}`))
 		var env struct {
-			Data struct{ ID string } `json:"data"`
+			Data sbxpkg.View `json:"data"`
 		}
 		_ = json.Unmarshal(rec.Body.Bytes(), &env)
 		fuzzID = env.Data.ID

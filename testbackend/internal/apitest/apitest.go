@@ -1,7 +1,8 @@
 // Package apitest is the API test harness shared by the api and isolation
 // test suites: a client that sends requests to a backend and validates every
-// answer against openapi.yaml, the envelope and its decoding, the sandbox
-// helpers, and starting a backend on a free loopback port.
+// answer against openapi.yaml, decoding answers into the backend's own
+// types (api.Envelope, sandbox.View, sandbox.ExecOutput: no third copy),
+// the sandbox helpers, and starting a backend on a free loopback port.
 package apitest
 
 import (
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 // WaitTimeout is how long Running waits for a sandbox to run.
@@ -88,16 +91,9 @@ func Truncate(b []byte, n int) string {
 	return string(b)
 }
 
-// Envelope is every answer's body.
-type Envelope struct {
-	OK     bool            `json:"ok"`
-	Mocked bool            `json:"mocked"`
-	Data   json.RawMessage `json:"data"`
-	Error  *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+// Envelope is every answer's body, as the backend writes it (the
+// backend's own type, its data kept raw for DecodeData).
+type Envelope = api.Envelope[json.RawMessage]
 
 // Response is an answer as the tests see it.
 type Response struct {
@@ -122,31 +118,14 @@ func (r Response) String() string {
 	return fmt.Sprintf("%d %s", r.Status, Truncate(r.Env.Data, 300))
 }
 
-// Sandbox is the part of the sandbox object tests look at.
-type Sandbox struct {
-	ID                string            `json:"id"`
-	Status            string            `json:"status"`
-	Template          string            `json:"template"`
-	Image             string            `json:"image"`
-	CreatedAt         string            `json:"createdAt"`
-	ExpiresAt         string            `json:"expiresAt"`
-	TimeoutMs         int64             `json:"timeoutMs"`
-	RunMode           bool              `json:"runMode"`
-	Labels            map[string]string `json:"labels"`
-	EnvKeys           []string          `json:"envKeys"`
-	ExitCode          *int              `json:"exitCode"`
-	TerminationReason string            `json:"terminationReason"`
-}
+// Sandbox is the sandbox object: the backend's own view, not a copy, so
+// that the tests read what the backend writes (openapi.yaml checks it on
+// the wire).
+type Sandbox = sandbox.View
 
-// ExecResult is the answer to a command or run_code.
-type ExecResult struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	ExitCode        *int   `json:"exitCode"`
-	TimedOut        bool   `json:"timedOut"`
-	StdoutTruncated bool   `json:"stdoutTruncated"`
-	DurationMs      int64  `json:"durationMs"`
-}
+// ExecResult is the answer to a command or run_code: the backend's own
+// ExecOutput, with a String for test messages.
+type ExecResult struct{ sandbox.ExecOutput }
 
 func (r ExecResult) String() string {
 	code := "null"

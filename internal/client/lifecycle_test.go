@@ -1,0 +1,172 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lifecycleServer is a fake API for one sandbox, sbx-1. create and
+// del answer POST /sandboxes and DELETE /sandboxes/sbx-1; statuses are
+// what successive GETs of sbx-1 answer ("gone": 404 NOT_FOUND), the last
+// one repeated. It counts the requests by method.
+type lifecycleServer struct {
+	mu       sync.Mutex
+	create   func(http.ResponseWriter)
+	del      func(http.ResponseWriter)
+	statuses []string
+	gets     int
+	seen     map[string]int
+}
+
+func (s *lifecycleServer) start(t *testing.T) *Client {
+	t.Helper()
+	s.seen = map[string]int{}
+	srv := httptest.NewServer(answersProbe(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.seen[r.Method]++
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/sandboxes":
+			s.create(w)
+		case r.Method == http.MethodDelete && r.URL.Path == "/v1/sandboxes/sbx-1":
+			s.del(w)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes/sbx-1":
+			st := s.statuses[min(s.gets, len(s.statuses)-1)]
+			s.gets++
+			if st == "gone" {
+				writeJSON(w, 404, errBody(CodeNotFound, "sandbox sbx-1 not found"))
+				return
+			}
+			writeJSON(w, 200, okBody(map[string]any{"id": "sbx-1", "status": st, "exitCode": nil}))
+		default:
+			writeJSON(w, 404, errBody(CodeNotFound, "no route"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return newTestClient(t, srv, Config{})
+}
+
+func (s *lifecycleServer) count(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[method]
+}
+
+func createdPending(w http.ResponseWriter) {
+	writeJSON(w, 201, okBody(map[string]any{"id": "sbx-1", "status": StatusPending, "exitCode": nil}))
+}
+
+func deleted(w http.ResponseWriter) {
+	writeJSON(w, 200, okBody(map[string]any{"id": "sbx-1", "deleted": true}))
+}
+
+func isRunning(s *Sandbox) (bool, error) { return s.Status == StatusRunning, nil }
+
+var running = []string{StatusRunning}
+
+func TestCreateSandboxAndWaitReturnsTheReadySandbox(t *testing.T) {
+	s := &lifecycleServer{create: createdPending, statuses: []string{StatusPending, StatusRunning}}
+	c := s.start(t)
+	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{Template: "python"}, running, isRunning)
+	if err != nil || sbx == nil || sbx.ID != "sbx-1" || sbx.Status != StatusRunning {
+		t.Fatalf("got %+v, %v; want sbx-1 running", sbx, err)
+	}
+	if n := s.count(http.MethodPost); n != 1 {
+		t.Errorf("%d creates, want 1", n)
+	}
+}
+
+func TestCreateSandboxAndWaitCreateFails(t *testing.T) {
+	s := &lifecycleServer{create: func(w http.ResponseWriter) {
+		writeJSON(w, 400, errBody(CodeUnknownTemplate, "no template rust"))
+	}, statuses: []string{StatusRunning}}
+	c := s.start(t)
+	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{Template: "rust"}, running, isRunning)
+	if sbx != nil || !HasCode(err, CodeUnknownTemplate) {
+		t.Fatalf("got %+v, %v; want no sandbox and UNKNOWN_TEMPLATE", sbx, err)
+	}
+	if n := s.count(http.MethodGet); n != 0 {
+		t.Errorf("%d GETs after a failed create, want 0", n)
+	}
+}
+
+// A wait that fails still hands back what was made: the last sandbox seen
+// with done's error, or the created one when it vanished at once.
+func TestCreateSandboxAndWaitKeepsTheSandboxWhenTheWaitFails(t *testing.T) {
+	ended := errors.New("terminated before it ran")
+	s := &lifecycleServer{create: createdPending, statuses: []string{StatusTerminated}}
+	c := s.start(t)
+	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{}, running, func(s *Sandbox) (bool, error) {
+		if s.Status == StatusTerminated {
+			return false, ended
+		}
+		return isRunning(s)
+	})
+	if !errors.Is(err, ended) || sbx == nil || sbx.Status != StatusTerminated {
+		t.Fatalf("got %+v, %v; want the terminated sandbox and done's error", sbx, err)
+	}
+
+	s = &lifecycleServer{create: createdPending, statuses: []string{"gone"}}
+	c = s.start(t)
+	sbx, err = c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{}, running, isRunning)
+	if !IsNotFound(err) || sbx == nil || sbx.ID != "sbx-1" || sbx.Status != StatusPending {
+		t.Fatalf("got %+v, %v; want the created (pending) sandbox and NOT_FOUND", sbx, err)
+	}
+}
+
+func TestDeleteSandboxAndWaitWaitsUntilGone(t *testing.T) {
+	s := &lifecycleServer{del: deleted, statuses: []string{StatusRunning, StatusTerminated, "gone"}}
+	c := s.start(t)
+	gone, err := c.DeleteSandboxAndWait(context.Background(), "sbx-1")
+	if err != nil || gone {
+		t.Fatalf("got alreadyGone=%v, %v; want false, nil", gone, err)
+	}
+	if n := s.count(http.MethodGet); n != 3 {
+		t.Errorf("%d GETs, want 3 (running, terminated, 404)", n)
+	}
+}
+
+func TestDeleteSandboxAndWaitAlreadyGone(t *testing.T) {
+	s := &lifecycleServer{del: func(w http.ResponseWriter) {
+		writeJSON(w, 404, errBody(CodeNotFound, "sandbox sbx-1 not found"))
+	}, statuses: []string{StatusRunning}}
+	c := s.start(t)
+	gone, err := c.DeleteSandboxAndWait(context.Background(), "sbx-1")
+	if err != nil || !gone {
+		t.Fatalf("got alreadyGone=%v, %v; want true, nil", gone, err)
+	}
+	if n := s.count(http.MethodGet); n != 0 {
+		t.Errorf("%d GETs of a sandbox already gone, want 0", n)
+	}
+}
+
+func TestDeleteSandboxAndWaitErrors(t *testing.T) {
+	// The delete refused: its own error, not a wait error.
+	s := &lifecycleServer{del: func(w http.ResponseWriter) {
+		writeJSON(w, 403, errBody(CodeInsufficientScope, "token lacks services:write"))
+	}, statuses: []string{StatusRunning}}
+	c := s.start(t)
+	_, err := c.DeleteSandboxAndWait(context.Background(), "sbx-1")
+	if !IsInsufficientScope(err) || IsDeleteWaitError(err) {
+		t.Fatalf("err = %v; want INSUFFICIENT_SCOPE, not a wait error", err)
+	}
+
+	// Accepted, but still there when ctx ends: a wait error with the
+	// wait's own message.
+	s = &lifecycleServer{del: deleted, statuses: []string{StatusRunning}}
+	c = s.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.DeleteSandboxAndWait(ctx, "sbx-1")
+	var we *DeleteWaitError
+	if !errors.As(err, &we) || we.ID != "sbx-1" || !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.HasPrefix(err.Error(), "timed out waiting for sandbox sbx-1 to be deleted") {
+		t.Fatalf("err = %v; want a *DeleteWaitError for sbx-1 that times out", err)
+	}
+}
