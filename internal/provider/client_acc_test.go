@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,8 +51,22 @@ func TestAccClientRoutes(t *testing.T) {
 		t.Errorf("same key, other body: %v, want 422 IDEMPOTENCY_KEY_REUSED", err)
 	}
 
-	// Right after create the sandbox may still be pending: the client
-	// retries SANDBOX_NOT_READY, so this works without waiting.
+	// Wait for running first: how long a cold start takes depends on the
+	// machine's load, and the client's retries of SANDBOX_NOT_READY are
+	// bounded in time (that retry is proven by the client's unit tests,
+	// TestSandboxNotReadyRetriedForCommands), so relying on them here would
+	// make this test pass or fail with the machine's speed.
+	if _, err := c.WaitSandbox(ctx, sbx.ID, func(s *client.Sandbox) (bool, error) {
+		if s.Status == client.StatusPending {
+			return false, nil
+		}
+		if s.Status != client.StatusRunning {
+			return false, fmt.Errorf("sandbox %s is %s, want running", s.ID, s.Status)
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("wait for running: %v", err)
+	}
 	res, err := c.RunCode(ctx, sbx.ID, client.RunCodeRequest{Language: "python", Code: "import os; print(2 + 2, os.environ['A'])"})
 	if err != nil || res.Stdout != "4 1\n" || res.ExitCode == nil || *res.ExitCode != 0 || res.TimedOut {
 		t.Errorf("run_code: %+v, %v", res, err)

@@ -132,6 +132,11 @@ func cleanupSandboxes() {
 // testAccPreCheck fails the test when the backend did not start.
 func testAccPreCheck(t *testing.T) {
 	t.Helper()
+	// Without TF_ACC the acceptance tests skip, as resource.Test would;
+	// tests that talk to the backend before resource.Test need this here.
+	if acc.backend == nil && acc.err == nil {
+		t.Skip("acceptance tests run with TF_ACC=1")
+	}
 	if acc.err != nil {
 		t.Fatalf("the acceptance backend did not start: %v", acc.err)
 	}
