@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 func TestTemplates(t *testing.T) {
@@ -445,21 +446,41 @@ func TestRunMode(t *testing.T) {
 	}
 }
 
+// TestExpiry: a sandbox is gone (404) once its lifetime has passed, never
+// before its expiresAt, and leaves no container. The lifetime counts from
+// creation, so on a loaded machine a 5 s sandbox may expire before its
+// container has started: both ways (expired while running, expired while
+// still starting) are honest expiries and must leave nothing behind.
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
 	sb := c.Create(tokA, map[string]any{"timeoutMs": 5000})
-	c.WaitStatus(tokA, sb.ID, apitest.WaitTimeout, "running")
-	deadline := time.Now().Add(30 * time.Second)
+	expiresAt, err := time.Parse(sandbox.TimeFormat, sb.ExpiresAt)
+	if err != nil {
+		t.Fatalf("expiresAt %q: %v", sb.ExpiresAt, err)
+	}
+	deadline := expiresAt.Add(60 * time.Second)
+	seen := map[string]bool{}
 	for {
 		r := c.Do("GET", "/sandboxes/"+sb.ID, tokA, nil, nil)
 		if r.Status == http.StatusNotFound {
+			if now := time.Now(); now.Before(expiresAt) {
+				t.Fatalf("sandbox gone at %s, before its expiresAt %s", now.UTC().Format(time.RFC3339Nano), sb.ExpiresAt)
+			}
 			break
 		}
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET: %v", r)
+		}
+		seen[apitest.DecodeData[apitest.Sandbox](t, r).Status] = true
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox still there after its timeout: %s", r.Env.Data)
+			t.Fatalf("sandbox still there 60 s after its expiresAt: %s", r.Env.Data)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("statuses seen before expiry: %v", seen)
+	if seen["exited"] || seen["terminated"] {
+		t.Fatalf("the sandbox ended another way before expiring: %v", seen)
 	}
 	if n := ownedContainers(t, shared, sb.ID); n != 0 {
 		t.Fatalf("%d containers left after expiry", n)
