@@ -99,11 +99,15 @@ type Docker struct {
 	instance string
 	dns      []string
 
-	agentPath string // host path of the agent binary; "" runs a shell keepalive and execs through the engine
-	sessMu    sync.Mutex
+	agentPath string                   // host path of the agent binary; "" runs a shell keepalive and execs through the engine
+	sessMu    sync.Mutex               // guards the maps below; never held across an engine call
 	sessions  map[string]*agentSession // by container id
-	noAgent   map[string]bool          // containers known to have no agent
-	killed    map[string]string        // containers this runtime killed, with why (see hostileAgent)
+	attaching map[string]*attachCall   // attaches in flight, by full container id
+	closed    bool                     // Close ran: late attaches are closed at once
+	// attachTimeout bounds an attach to an agent (tests shorten it).
+	attachTimeout time.Duration
+	noAgent       map[string]bool   // containers known to have no agent
+	killed        map[string]string // containers this runtime killed, with why (see hostileAgent)
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -161,8 +165,11 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 
 		agentPath: resolveAgent(opts.Agent),
 		sessions:  map[string]*agentSession{},
-		noAgent:   map[string]bool{},
-		killed:    map[string]string{},
+		attaching: map[string]*attachCall{},
+
+		attachTimeout: defaultAttachTimeout,
+		noAgent:       map[string]bool{},
+		killed:        map[string]string{},
 	}, nil
 }
 
@@ -174,6 +181,9 @@ func (d *Docker) Instance() string { return d.instance }
 
 // Close releases the engine client.
 func (d *Docker) Close() error {
+	d.sessMu.Lock()
+	d.closed = true
+	d.sessMu.Unlock()
 	d.closeSessions()
 	return d.cli.Close()
 }
