@@ -83,7 +83,8 @@ type Manager struct {
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
-	ending   map[string]bool // expiring: their container is being removed
+	ending   map[string]bool          // expiring: their container is being removed
+	removing map[string]chan struct{} // deleted: closed once their container is removed
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
 	// changed holds, per sandbox, a channel closed at its next status change.
@@ -145,6 +146,7 @@ func New(cfg Config) (*Manager, error) {
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},
 		ending:    map[string]bool{},
+		removing:  map[string]chan struct{}{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
 		changed:   map[string]chan struct{}{},
@@ -329,7 +331,11 @@ func (m *Manager) WaitStatus(ctx context.Context, account, id string, want []str
 	}
 }
 
-// Delete stops and removes the sandbox; afterwards its id answers 404.
+// Delete deletes the sandbox: once its record is gone from disk it
+// answers, and from then on its id answers 404 and its capacity is free.
+// The container (and its egress rules) goes in the background
+// (removeDeletedLocked); a crash before that leaves an orphan container,
+// which the next start's reconciliation removes.
 func (m *Manager) Delete(ctx context.Context, account, id string) error {
 	m.mu.Lock()
 	sb := m.boxes[id]
@@ -349,7 +355,10 @@ func (m *Manager) Delete(ctx context.Context, account, id string) error {
 		m.mu.Unlock()
 		return errorf(CodeInternal, "could not delete the record of sandbox %s: %v", sb.ID, err)
 	}
-	return m.removeContainer(ctx, sb)
+	m.mu.Lock()
+	m.removeDeletedLocked(sb)
+	m.mu.Unlock()
+	return nil
 }
 
 // forgetLocked drops a record from memory and hands its removal from disk
