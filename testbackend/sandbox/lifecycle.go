@@ -272,17 +272,20 @@ func (m *Manager) EngineAvailable(ctx context.Context) error {
 		return nil
 	}
 	c := m.engine.check
-	if c == nil {
-		if m.ctx.Err() != nil {
-			m.engine.mu.Unlock()
-			return errorf(CodeServiceUnavailable, "the sandbox service is shutting down; retry later")
-		}
+	leader := c == nil
+	if leader {
 		c = &engineCheck{done: make(chan struct{})}
 		m.engine.check = c
-		m.wg.Add(1)
-		go m.checkEngine(c)
 	}
 	m.engine.mu.Unlock()
+	if leader {
+		m.mu.Lock()
+		started := m.goLocked(func() { m.checkEngine(c) })
+		m.mu.Unlock()
+		if !started {
+			m.publishCheck(c, errorf(CodeServiceUnavailable, "the sandbox service is shutting down; retry later"))
+		}
+	}
 	select {
 	case <-c.done:
 		return c.err
@@ -294,13 +297,17 @@ func (m *Manager) EngineAvailable(ctx context.Context) error {
 // checkEngine pings the engine, reconciles when it was away (or never
 // answered yet), and publishes the outcome on c.
 func (m *Manager) checkEngine(c *engineCheck) {
-	defer m.wg.Done()
-	err := m.pingAndReconcile()
+	m.publishCheck(c, m.pingAndReconcile())
+}
+
+func (m *Manager) publishCheck(c *engineCheck, err error) {
 	m.engine.mu.Lock()
-	m.engine.check = nil
+	defer m.engine.mu.Unlock()
+	if m.engine.check == c {
+		m.engine.check = nil
+	}
 	c.err = err
 	close(c.done)
-	m.engine.mu.Unlock()
 }
 
 func (m *Manager) pingAndReconcile() error {
@@ -336,15 +343,15 @@ func (m *Manager) engineDown(err error) {
 	m.engine.mu.Unlock()
 	if !wasDown {
 		m.log.Warn("container engine unavailable", "address", m.rt.Address(), "err", err)
-		m.wg.Add(1)
-		go m.recoverEngine()
+		m.mu.Lock()
+		m.goLocked(m.recoverEngine)
+		m.mu.Unlock()
 	}
 }
 
 // recoverEngine waits, with backoff, for the engine to come back, so that
 // sandboxes whose containers went with it end even if nobody calls.
 func (m *Manager) recoverEngine() {
-	defer m.wg.Done()
 	wait := 200 * time.Millisecond
 	for {
 		select {
