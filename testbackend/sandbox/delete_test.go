@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
@@ -38,13 +39,52 @@ func runningSandbox(t *testing.T, m *Manager) View {
 	return v
 }
 
+// fakeEgress records which sandboxes' rules were released.
+type fakeEgress struct {
+	mu       sync.Mutex
+	released []string
+}
+
+func (f *fakeEgress) Available() string                                   { return "" }
+func (f *fakeEgress) ReserveIP(context.Context, []string) (string, error) { return "10.0.0.2", nil }
+func (f *fakeEgress) Apply(context.Context, EgressPolicy) error           { return nil }
+func (f *fakeEgress) Sync(context.Context, []EgressPolicy) error          { return nil }
+func (f *fakeEgress) Release(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, id)
+	return nil
+}
+
+func (f *fakeEgress) releasedCount(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.released {
+		if r == id {
+			n++
+		}
+	}
+	return n
+}
+
 // TestDeleteAnswersBeforeTheContainerIsGone: a delete whose container
 // removal is stuck in the engine answers anyway; the id answers 404 and
-// its vCPUs are free at once, its record is gone from disk, and
-// AwaitRemovals waits for the removal.
+// its vCPUs are free at once, its record is gone from disk, its egress
+// rules stay until the container is gone, and AwaitRemovals waits for the
+// removal.
 func TestDeleteAnswersBeforeTheContainerIsGone(t *testing.T) {
 	rt := newFakeRuntime()
-	m, st := newFakeManager(t, rt, ModeReal)
+	eg := &fakeEgress{}
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, Egress: eg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +114,9 @@ func TestDeleteAnswersBeforeTheContainerIsGone(t *testing.T) {
 	if n := rt.count(); n != 1 {
 		t.Fatalf("%d containers while the removal is stuck, want 1", n)
 	}
+	if n := eg.releasedCount(sb.ID); n != 0 {
+		t.Fatalf("egress rules released while the container still exists")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := m.AwaitRemovals(ctx); !errors.Is(err, context.Canceled) {
@@ -87,6 +130,9 @@ func TestDeleteAnswersBeforeTheContainerIsGone(t *testing.T) {
 	})
 	if n := rt.count(); n != 0 {
 		t.Fatalf("%d containers after AwaitRemovals", n)
+	}
+	if n := eg.releasedCount(sb.ID); n == 0 {
+		t.Fatalf("egress rules not released with the container")
 	}
 }
 
