@@ -502,17 +502,36 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error)
 }
 
 // Remove kills and removes the container with its anonymous volumes. A
-// container that is gone, or whose removal is already under way, counts as
-// removed.
+// container that is gone counts as removed; when another removal is
+// already under way, Remove returns once it has finished, so that a new
+// container can take the name as soon as Remove returns.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if strings.Contains(err.Error(), "already in progress") {
-		return nil
+		return d.waitRemoved(ctx, id)
 	}
 	return d.containerErr("remove", id, err)
+}
+
+// waitRemoved waits until a removal under way has finished (the engine
+// answers a failed removal too) or ctx ends.
+func (d *Docker) waitRemoved(ctx context.Context, id string) error {
+	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case resp := <-respC:
+		if resp.Error != nil && resp.Error.Message != "" {
+			return fmt.Errorf("runtime: remove container %s: %s", id, resp.Error.Message)
+		}
+		return nil
+	case err := <-errC:
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		return d.containerErr("wait for the removal of", id, err)
+	}
 }
 
 // List returns every container (any state) labelled with this instance.
