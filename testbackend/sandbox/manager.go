@@ -83,14 +83,16 @@ type Manager struct {
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
-	ending   map[string]bool          // expiring: their container is being removed
-	removing map[string]chan struct{} // deleted: closed once their container is removed
+	ending   map[string]bool // expiring: their container is being removed
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
 	// changed holds, per sandbox, a channel closed at its next status change.
 	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.
 	poolChanged chan struct{}
+	// removing holds the deleted sandboxes whose container is being
+	// removed, each with a channel closed once it is (background.go).
+	removing map[string]chan struct{}
 
 	engine engineState
 }
@@ -146,12 +148,12 @@ func New(cfg Config) (*Manager, error) {
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},
 		ending:    map[string]bool{},
-		removing:  map[string]chan struct{}{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
 		changed:   map[string]chan struct{}{},
 
 		poolChanged: make(chan struct{}),
+		removing:    map[string]chan struct{}{},
 	}
 	for _, t := range cfg.Templates {
 		m.templates[t.Name] = t
