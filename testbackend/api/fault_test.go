@@ -309,9 +309,14 @@ resource "rarecloud_sandbox" "s" {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if cs, err := rt.List(ctx); err != nil || len(cs) != 0 {
-		t.Fatalf("containers left after destroy: %d (%v)", len(cs), err)
-	}
+	// Deletes answer before their containers are removed (in the
+	// backend process, out of reach here): awaited, bounded.
+	eventually(t, time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cs, err := rt.List(ctx); err != nil || len(cs) != 0 {
+			return fmt.Errorf("containers left after destroy: %d (%v)", len(cs), err)
+		}
+		return nil
+	})
 }

@@ -129,6 +129,10 @@ func TestLoad(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Deletes answer before their containers are removed.
+	if err := b.Manager().AwaitRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if cs, err := b.Runtime().List(ctx); err != nil || len(cs) != 0 {
 		t.Errorf("containers left after deleting every sandbox: %d (%v)", len(cs), err)
 	}

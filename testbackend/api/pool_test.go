@@ -104,6 +104,10 @@ func TestWarmPool(t *testing.T) {
 	for _, id := range []string{first.ID, second.ID, job.ID, withEnv.ID} {
 		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
 	}
+	// Deletes answer before their containers are removed.
+	if err := b2.Manager().AwaitRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(poolContainers(ctx, t, dir)); n != 3 {
 		t.Errorf("%d warm-pool containers after deleting the claimed sandboxes, want the 3 idle ones", n)
 	}

@@ -120,6 +120,12 @@ func TestEgressAllowList(t *testing.T) {
 	if r := c.Do("DELETE", "/sandboxes/"+list, tokA, nil, nil); r.Status >= 300 {
 		t.Fatalf("delete: %v", r)
 	}
+	// The delete answers first; the container, then its rules, go after.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Manager().AwaitRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if tb := nftTable(t, b.Egress().Table()); tb != "" {
 		t.Fatalf("the table outlived the last restricted sandbox:\n%s", tb)
 	}

@@ -90,7 +90,9 @@ type pendingCall struct {
 
 // session returns the container's agent session, attaching when there is
 // none (after a backend restart, for example). ok is false when the
-// container has no agent.
+// container has no agent. No lock is held across an engine call: sessMu
+// guards the maps only, and one attach per container is in flight at a
+// time, shared by every caller that needs it (see attachSession).
 func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, error) {
 	d.sessMu.Lock()
 	if s := d.sessions[id]; s != nil {
@@ -121,14 +123,73 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 	}
 
 	d.sessMu.Lock()
-	defer d.sessMu.Unlock()
 	if s := d.sessions[info.ID]; s != nil {
+		d.sessMu.Unlock()
 		return s, true, nil
 	}
+	c := d.attaching[info.ID]
+	if c == nil {
+		c = &attachCall{done: make(chan struct{})}
+		d.attaching[info.ID] = c
+		go d.attachSession(info.ID, id, c)
+	}
+	d.sessMu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, true, d.containerErr("attach to", id, ctx.Err())
+	}
+	if c.err != nil {
+		return nil, true, c.err
+	}
+	return c.s, true, nil
+}
+
+// attachCall is one attach to a container's agent in flight; done is
+// closed once s or err is set.
+type attachCall struct {
+	done chan struct{}
+	s    *agentSession
+	err  error
+}
+
+// defaultAttachTimeout bounds an attach: the engine's hijacked request has
+// no deadline of its own, so a stuck one would otherwise wait forever.
+const defaultAttachTimeout = 30 * time.Second
+
+// attachSession attaches to the container's agent and publishes the
+// outcome on c, under sessMu but never holding it across the engine call.
+// An attach the engine has not answered within d.attachTimeout is given up:
+// its callers get an error, and a connection that comes later is closed.
+func (d *Docker) attachSession(cid, alias string, c *attachCall) {
+	finish := func(s *agentSession, err error) bool { // with sessMu held
+		if d.attaching[cid] != c {
+			return false // given up already
+		}
+		delete(d.attaching, cid)
+		c.s, c.err = s, err
+		close(c.done)
+		return true
+	}
+	timer := time.AfterFunc(d.attachTimeout, func() {
+		d.sessMu.Lock()
+		defer d.sessMu.Unlock()
+		finish(nil, fmt.Errorf("runtime: attach to container %s: the engine at %s did not answer within %s", cid, d.host, d.attachTimeout))
+	})
+	defer timer.Stop()
+
 	// The session outlives the request that opened it.
-	hj, err := d.cli.ContainerAttach(context.WithoutCancel(ctx), info.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	hj, err := d.cli.ContainerAttach(context.Background(), cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
 	if err != nil {
-		return nil, true, d.containerErr("attach to", id, err)
+		finish(nil, d.containerErr("attach to", alias, err))
+		return
+	}
+	if d.closed || d.attaching[cid] != c {
+		hj.Close() // given up, or the runtime closed meanwhile
+		finish(nil, fmt.Errorf("runtime: attach to container %s: the runtime is closed", cid))
+		return
 	}
 	// Every attached client sees every answer, so ids start at a random
 	// point: two backends on one container never take each other's.
@@ -141,10 +202,10 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 		}
 		pw.CloseWithError(err)
 	}()
-	go d.readResponses(info.ID, s, pr)
-	d.sessions[info.ID] = s
-	if id != info.ID {
-		d.sessions[id] = s
+	go d.readResponses(cid, s, pr)
+	d.sessions[cid] = s
+	if alias != cid {
+		d.sessions[alias] = s
 	}
 	go func() {
 		<-s.done
@@ -156,7 +217,7 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 		}
 		d.sessMu.Unlock()
 	}()
-	return s, true, nil
+	finish(s, nil)
 }
 
 type closerFunc func()

@@ -99,11 +99,15 @@ type Docker struct {
 	instance string
 	dns      []string
 
-	agentPath string // host path of the agent binary; "" runs a shell keepalive and execs through the engine
-	sessMu    sync.Mutex
+	agentPath string                   // host path of the agent binary; "" runs a shell keepalive and execs through the engine
+	sessMu    sync.Mutex               // guards the maps below; never held across an engine call
 	sessions  map[string]*agentSession // by container id
-	noAgent   map[string]bool          // containers known to have no agent
-	killed    map[string]string        // containers this runtime killed, with why (see hostileAgent)
+	attaching map[string]*attachCall   // attaches in flight, by full container id
+	closed    bool                     // Close ran: late attaches are closed at once
+	// attachTimeout bounds an attach to an agent (tests shorten it).
+	attachTimeout time.Duration
+	noAgent       map[string]bool   // containers known to have no agent
+	killed        map[string]string // containers this runtime killed, with why (see hostileAgent)
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -161,8 +165,11 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 
 		agentPath: resolveAgent(opts.Agent),
 		sessions:  map[string]*agentSession{},
-		noAgent:   map[string]bool{},
-		killed:    map[string]string{},
+		attaching: map[string]*attachCall{},
+
+		attachTimeout: defaultAttachTimeout,
+		noAgent:       map[string]bool{},
+		killed:        map[string]string{},
 	}, nil
 }
 
@@ -174,6 +181,9 @@ func (d *Docker) Instance() string { return d.instance }
 
 // Close releases the engine client.
 func (d *Docker) Close() error {
+	d.sessMu.Lock()
+	d.closed = true
+	d.sessMu.Unlock()
 	d.closeSessions()
 	return d.cli.Close()
 }
@@ -492,17 +502,36 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error)
 }
 
 // Remove kills and removes the container with its anonymous volumes. A
-// container that is gone, or whose removal is already under way, counts as
-// removed.
+// container that is gone counts as removed; when another removal is
+// already under way, Remove returns once it has finished, so that a new
+// container can take the name as soon as Remove returns.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if strings.Contains(err.Error(), "already in progress") {
-		return nil
+		return d.waitRemoved(ctx, id)
 	}
 	return d.containerErr("remove", id, err)
+}
+
+// waitRemoved waits until a removal under way has finished (the engine
+// answers a failed removal too) or ctx ends.
+func (d *Docker) waitRemoved(ctx context.Context, id string) error {
+	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case resp := <-respC:
+		if resp.Error != nil && resp.Error.Message != "" {
+			return fmt.Errorf("runtime: remove container %s: %s", id, resp.Error.Message)
+		}
+		return nil
+	case err := <-errC:
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		return d.containerErr("wait for the removal of", id, err)
+	}
 }
 
 // List returns every container (any state) labelled with this instance.

@@ -470,6 +470,43 @@ func TestRemoveIdempotent(t *testing.T) {
 	}
 }
 
+// TestRemoveWaitsForARemovalUnderWay: removals of one container at once
+// each return only when it is gone, so its name is free for a new one.
+func TestRemoveWaitsForARemovalUnderWay(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, DockerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spec := testSpec(t)
+	spec.Name = "rarecloud-remove-" + randomID(t)
+	id := start(t, d, spec)
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			if err := d.Remove(ctx, spec.Name); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := d.Inspect(ctx, id); !errors.Is(err, ErrNotFound) {
+				errs <- fmt.Errorf("Remove returned while the container was still there (inspect: %v)", err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	// The name is free again at once.
+	again := start(t, d, spec)
+	if again == id {
+		t.Fatalf("the same container again")
+	}
+}
+
 func TestListOnlyOwnInstance(t *testing.T) {
 	t.Parallel()
 	a := requireEngine(t, DockerOptions{})

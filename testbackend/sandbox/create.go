@@ -88,7 +88,6 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	res, err := m.create(ctx, account, tpl, req, &entry.rec)
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	var apiErr *Error
 	switch {
 	case err == nil:
@@ -103,13 +102,16 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	default:
 		// Transient failures release the key so a retry can succeed.
 		delete(m.idem, mapKey)
+		m.mu.Unlock()
 		return res, err
 	}
-	if perr := m.st.PutIdempotency(&entry.rec); perr != nil {
-		m.log.Error("persist idempotency key", "err", perr)
-	}
+	w := m.putIdempotencyLocked(&entry.rec)
 	entry.done = true
 	m.scheduleIdemExpiryLocked(mapKey, entry)
+	m.mu.Unlock()
+	// A failure is logged by the writer; the sandbox's record carries the
+	// key too, so a restart still replays it.
+	_ = w.wait()
 	return res, err
 }
 
@@ -150,9 +152,9 @@ func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
 	e.expiry = time.AfterFunc(max(wait, 0), func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.idem[mapKey] == e {
+		if m.idem[mapKey] == e && !m.closing {
 			delete(m.idem, mapKey)
-			_ = m.st.DeleteIdempotency(e.rec.Account, e.rec.Key)
+			m.deleteIdempotencyLocked(e.rec.Account, e.rec.Key)
 		}
 	})
 }
@@ -211,8 +213,8 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err := m.checkCapacityLocked(account, tpl); err != nil {
+		m.mu.Unlock()
 		return CreateResult{}, err
 	}
 	var claimed string
@@ -221,14 +223,31 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 			sb.Status, sb.ContainerID = StatusRunning, claimed
 		}
 	}
-	if err := m.persistLocked(sb); err != nil {
-		if claimed != "" {
-			go func() { _ = m.rt.Remove(context.Background(), claimed) }()
-		}
-		return CreateResult{}, err
-	}
+	// The record holds its capacity from here; it is written off the lock
+	// and nothing of it starts before it is on disk.
+	w := m.putSandboxLocked(sb)
 	m.boxes[sb.ID] = sb
 	m.scheduleLocked(sb)
+	v := view(sb)
+	m.mu.Unlock()
+	werr := w.wait()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if werr != nil {
+		if m.boxes[sb.ID] == sb {
+			m.forgetLocked(sb)
+		}
+		if claimed != "" {
+			m.removeLaterLocked(claimed)
+		}
+		return CreateResult{}, errorf(CodeInternal, "could not save sandbox %s: %v", sb.ID, werr)
+	}
+	if m.boxes[sb.ID] != sb {
+		// Deleted before its record was on disk: Delete removes the claimed
+		// container, and nothing else was started.
+		return CreateResult{Sandbox: v}, nil
+	}
 	switch sb.Status {
 	case StatusPending:
 		m.startAsyncLocked(sb)

@@ -50,14 +50,18 @@ func (m *Manager) startWithEgress(id string, spec runtime.Spec) (string, error) 
 			return "", fmt.Errorf("egress: installing the sandbox's rules: %w", err)
 		}
 		m.mu.Lock()
+		var w *recordWrite
 		if cur := m.boxes[id]; cur == sb {
 			sb.EgressIP = ip
-			if err := m.persistLocked(sb); err != nil {
-				m.mu.Unlock()
-				return "", err
-			}
+			w = m.putSandboxLocked(sb)
 		}
 		m.mu.Unlock()
+		if w != nil {
+			// On disk before the container starts: a restart restores its rules.
+			if err := w.wait(); err != nil {
+				return "", errorf(CodeInternal, "could not save sandbox %s: %v", id, err)
+			}
+		}
 		spec.IPv4 = ip
 		cid, err := m.startContainer(spec)
 		if err == nil || attempt == 4 || !addressTaken(err) {

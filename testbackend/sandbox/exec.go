@@ -178,15 +178,21 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 	}
 	if m.cfg.Mode == ModeTest {
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		if live := m.boxes[id]; live != nil {
-			if live.Files == nil {
-				live.Files = map[string]string{}
-			}
-			live.Files[path] = content
-			return m.persistLocked(live)
+		live := m.boxes[id]
+		if live == nil {
+			m.mu.Unlock()
+			return notFound(id)
 		}
-		return notFound(id)
+		if live.Files == nil {
+			live.Files = map[string]string{}
+		}
+		live.Files[path] = content
+		w := m.putSandboxLocked(live)
+		m.mu.Unlock()
+		if err := w.wait(); err != nil {
+			return errorf(CodeInternal, "could not save sandbox %s: %v", id, err)
+		}
+		return nil
 	}
 	res, err := m.rt.Exec(ctx, sb.ContainerID, runtime.ExecRequest{
 		Cmd:       []string{"sh", "-c", writeScript, "sh", path},

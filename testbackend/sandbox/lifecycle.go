@@ -31,7 +31,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	for _, rec := range keys {
 		mapKey := rec.Account + "\x00" + rec.Key
 		if now.Sub(rec.CreatedAt) >= m.cfg.IdempotencyTTL {
-			_ = m.st.DeleteIdempotency(rec.Account, rec.Key)
+			m.deleteIdempotencyLocked(rec.Account, rec.Key)
 			continue
 		}
 		e := &idemEntry{rec: *rec, done: true}
@@ -59,7 +59,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for _, sb := range overdue {
 		m.log.Info("applying expiry that fell while the backend was down", "sandbox", sb.ID, "status", sb.Status)
-		_ = m.forgetLocked(sb)
+		m.forgetLocked(sb)
 	}
 	m.mu.Unlock()
 
@@ -106,7 +106,11 @@ func (m *Manager) scheduleLocked(sb *store.Sandbox) {
 		t.Stop()
 	}
 	id := sb.ID
-	m.timers[id] = time.AfterFunc(max(time.Until(m.deadline(sb)), 0), func() { m.expire(id) })
+	m.timers[id] = time.AfterFunc(max(time.Until(m.deadline(sb)), 0), func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.goLocked(func() { m.expire(id) }) // tracked: Close waits for an expiry under way
+	})
 }
 
 // expire removes a sandbox whose lifetime or retention ran out: the
@@ -133,12 +137,9 @@ func (m *Manager) expire(id string) {
 	m.mu.Lock()
 	delete(m.ending, id)
 	if m.boxes[id] == sb {
-		m.dropLocked(sb)
+		m.forgetLocked(sb) // a failed delete is logged by the writer
 	}
 	m.mu.Unlock()
-	if err := m.st.DeleteSandbox(id); err != nil {
-		m.log.Error("delete expired record", "sandbox", id, "err", err)
-	}
 }
 
 // watchLocked waits, in the background, for the sandbox's main process to
@@ -240,10 +241,17 @@ func (m *Manager) containerGone(id string, err error) {
 
 // engineState tracks whether the engine answered recently.
 type engineState struct {
-	mu        sync.Mutex
-	lastOK    time.Time
-	down      bool
-	reconcile sync.Mutex
+	mu     sync.Mutex // guards the fields; never held across an engine call
+	lastOK time.Time
+	down   bool
+	check  *engineCheck // the ping (and reconcile) in flight, if any
+}
+
+// engineCheck is one ping, and reconcile when needed, shared by every
+// caller that arrives while it runs: done is closed once err is set.
+type engineCheck struct {
+	done chan struct{}
+	err  error
 }
 
 // engineFresh is how long a successful ping vouches for the engine.
@@ -251,32 +259,70 @@ const engineFresh = time.Second
 
 // EngineAvailable reports, with a SERVICE_UNAVAILABLE error naming the
 // engine address, whether sandbox routes can be served. After the engine
-// was away it reconciles first, so no caller sees a stale record.
+// was away it reconciles first, so no caller sees a stale record. One
+// check runs at a time, in the background; callers share its result and
+// each waits only as long as its own ctx allows.
 func (m *Manager) EngineAvailable(ctx context.Context) error {
 	if m.cfg.Mode == ModeTest {
 		return nil
 	}
 	m.engine.mu.Lock()
-	fresh := !m.engine.down && !m.engine.lastOK.IsZero() && time.Since(m.engine.lastOK) < engineFresh
-	m.engine.mu.Unlock()
-	if fresh {
+	if !m.engine.down && !m.engine.lastOK.IsZero() && time.Since(m.engine.lastOK) < engineFresh {
+		m.engine.mu.Unlock()
 		return nil
 	}
-	m.engine.reconcile.Lock()
-	defer m.engine.reconcile.Unlock()
+	c := m.engine.check
+	leader := c == nil
+	if leader {
+		c = &engineCheck{done: make(chan struct{})}
+		m.engine.check = c
+	}
+	m.engine.mu.Unlock()
+	if leader {
+		m.mu.Lock()
+		started := m.goLocked(func() { m.checkEngine(c) })
+		m.mu.Unlock()
+		if !started {
+			m.publishCheck(c, errorf(CodeServiceUnavailable, "the sandbox service is shutting down; retry later"))
+		}
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: the request ended while the backend was checking the container engine at %s; retry later", m.rt.Address())
+	}
+}
 
+// checkEngine pings the engine, reconciles when it was away (or never
+// answered yet), and publishes the outcome on c.
+func (m *Manager) checkEngine(c *engineCheck) {
+	m.publishCheck(c, m.pingAndReconcile())
+}
+
+func (m *Manager) publishCheck(c *engineCheck, err error) {
+	m.engine.mu.Lock()
+	defer m.engine.mu.Unlock()
+	if m.engine.check == c {
+		m.engine.check = nil
+	}
+	c.err = err
+	close(c.done)
+}
+
+func (m *Manager) pingAndReconcile() error {
 	m.engine.mu.Lock()
 	needsReconcile := m.engine.down || m.engine.lastOK.IsZero()
 	m.engine.mu.Unlock()
 
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	pctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
 	defer cancel()
 	if err := m.rt.Ping(pctx); err != nil {
 		m.engineDown(err)
 		return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: the container engine at %s does not answer; retry later", m.rt.Address())
 	}
 	if needsReconcile {
-		rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+		rctx, rcancel := context.WithTimeout(m.ctx, 60*time.Second)
 		defer rcancel()
 		if err := m.reconcile(rctx); err != nil {
 			m.engineDown(err)
@@ -297,15 +343,15 @@ func (m *Manager) engineDown(err error) {
 	m.engine.mu.Unlock()
 	if !wasDown {
 		m.log.Warn("container engine unavailable", "address", m.rt.Address(), "err", err)
-		m.wg.Add(1)
-		go m.recoverEngine()
+		m.mu.Lock()
+		m.goLocked(m.recoverEngine)
+		m.mu.Unlock()
 	}
 }
 
 // recoverEngine waits, with backoff, for the engine to come back, so that
 // sandboxes whose containers went with it end even if nobody calls.
 func (m *Manager) recoverEngine() {
-	defer m.wg.Done()
 	wait := 200 * time.Millisecond
 	for {
 		select {

@@ -68,6 +68,7 @@ type Manager struct {
 	cfg       Config
 	rt        runtime.Runtime
 	st        *store.Store
+	disk      *recordWriter // writes records off mu (records.go)
 	log       *slog.Logger
 	templates map[string]Template
 	order     []string
@@ -77,6 +78,7 @@ type Manager struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
+	closing  bool // Close ran: no new background work (background.go)
 	boxes    map[string]*store.Sandbox
 	timers   map[string]*time.Timer
 	watching map[string]bool
@@ -88,6 +90,9 @@ type Manager struct {
 	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.
 	poolChanged chan struct{}
+	// removing holds the deleted sandboxes whose container is being
+	// removed, each with a channel closed once it is (background.go).
+	removing map[string]chan struct{}
 
 	engine engineState
 }
@@ -133,6 +138,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg:       cfg,
 		rt:        cfg.Runtime,
 		st:        cfg.Store,
+		disk:      newRecordWriter(cfg.Store, cfg.Logger),
 		log:       cfg.Logger,
 		templates: map[string]Template{},
 		ctx:       ctx,
@@ -147,6 +153,7 @@ func New(cfg Config) (*Manager, error) {
 		changed:   map[string]chan struct{}{},
 
 		poolChanged: make(chan struct{}),
+		removing:    map[string]chan struct{}{},
 	}
 	for _, t := range cfg.Templates {
 		m.templates[t.Name] = t
@@ -175,6 +182,7 @@ func (m *Manager) templateNames() []string { return append([]string(nil), m.orde
 func (m *Manager) Close() {
 	m.cancel()
 	m.mu.Lock()
+	m.closing = true
 	for id, t := range m.timers {
 		t.Stop()
 		delete(m.timers, id)
@@ -187,6 +195,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	m.wg.Wait()
 	m.drainPools()
+	m.disk.wg.Wait() // every record handed over is on disk
 }
 
 // View is a sandbox as the API shows it.
@@ -324,7 +333,11 @@ func (m *Manager) WaitStatus(ctx context.Context, account, id string, want []str
 	}
 }
 
-// Delete stops and removes the sandbox; afterwards its id answers 404.
+// Delete deletes the sandbox: once its record is gone from disk it
+// answers, and from then on its id answers 404 and its capacity is free.
+// The container (and its egress rules) goes in the background
+// (removeDeletedLocked); a crash before that leaves an orphan container,
+// which the next start's reconciliation removes.
 func (m *Manager) Delete(ctx context.Context, account, id string) error {
 	m.mu.Lock()
 	sb := m.boxes[id]
@@ -332,23 +345,31 @@ func (m *Manager) Delete(ctx context.Context, account, id string) error {
 		m.mu.Unlock()
 		return notFound(id)
 	}
-	if err := m.forgetLocked(sb); err != nil {
-		m.mu.Unlock()
-		return err
-	}
+	w := m.forgetLocked(sb)
 	m.mu.Unlock()
-	return m.removeContainer(ctx, sb)
-}
-
-// forgetLocked drops a record from memory and disk. The record goes before
-// the container: a crash in between leaves an orphan container, which the
-// next start removes, never a record that points at nothing.
-func (m *Manager) forgetLocked(sb *store.Sandbox) error {
-	if err := m.st.DeleteSandbox(sb.ID); err != nil {
+	if err := w.wait(); err != nil {
+		// The record is still on disk: keep it, as if nothing happened.
+		m.mu.Lock()
+		if m.boxes[id] == nil {
+			m.boxes[id] = sb
+			m.scheduleLocked(sb)
+		}
+		m.mu.Unlock()
 		return errorf(CodeInternal, "could not delete the record of sandbox %s: %v", sb.ID, err)
 	}
-	m.dropLocked(sb)
+	m.mu.Lock()
+	m.removeDeletedLocked(sb)
+	m.mu.Unlock()
 	return nil
+}
+
+// forgetLocked drops a record from memory and hands its removal from disk
+// to the writer. The record goes before the container: a crash in between
+// leaves an orphan container, which the next start removes, never a
+// record that points at nothing.
+func (m *Manager) forgetLocked(sb *store.Sandbox) *recordWrite {
+	m.dropLocked(sb)
+	return m.deleteSandboxLocked(sb.ID)
 }
 
 // dropLocked forgets a record in memory only.
@@ -398,11 +419,18 @@ func newID() string {
 	return "sbx-" + idEncoding.EncodeToString(b[:])
 }
 
-// persistLocked writes a record; a failed write is logged and reported.
+// persistLocked hands a snapshot of the record to the writer, which puts
+// it on disk off the lock (records.go); a failed write is logged there. It
+// reports only a record that cannot be encoded. Callers that must not
+// answer before the record is durable use putSandboxLocked and wait.
 func (m *Manager) persistLocked(sb *store.Sandbox) error {
-	if err := m.st.PutSandbox(sb); err != nil {
-		m.log.Error("persist sandbox", "sandbox", sb.ID, "err", err)
-		return errorf(CodeInternal, "could not save sandbox %s: %v", sb.ID, err)
+	w := m.putSandboxLocked(sb)
+	select {
+	case <-w.done:
+		if w.err != nil {
+			return errorf(CodeInternal, "could not save sandbox %s: %v", sb.ID, w.err)
+		}
+	default:
 	}
 	return nil
 }

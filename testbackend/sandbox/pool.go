@@ -78,7 +78,7 @@ func (m *Manager) poolStarted(template, name, cid string, err error) {
 			m.log.Warn("warm pool: container did not start", "template", template, "err", err)
 			p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
 		}
-		go func() { _ = m.rt.Remove(context.Background(), name) }()
+		m.removeLaterLocked(name)
 		if m.ctx.Err() == nil {
 			m.refillLocked(template)
 		}

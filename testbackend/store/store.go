@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,19 @@ type Idempotency struct {
 // owns the live state and serialises writes to the same record.
 type Store struct {
 	dir string
+	// beforeSync, when set, runs before each record's fsync (tests make
+	// the disk slow with it).
+	beforeSync atomic.Pointer[func(path string)]
+}
+
+// SetBeforeSync installs fn to run before the fsync of every record
+// written from now on; nil removes it. For tests that need a slow disk.
+func (s *Store) SetBeforeSync(fn func(path string)) {
+	if fn == nil {
+		s.beforeSync.Store(nil)
+		return
+	}
+	s.beforeSync.Store(&fn)
 }
 
 const (
@@ -92,7 +106,20 @@ func (s *Store) PutSandbox(sb *Sandbox) error {
 	if !safeName(sb.ID) {
 		return fmt.Errorf("store: bad sandbox id %q", sb.ID)
 	}
-	return writeJSON(filepath.Join(s.dir, sandboxDir, sb.ID+".json"), sb)
+	data, err := json.Marshal(sb)
+	if err != nil {
+		return fmt.Errorf("store: encode sandbox %s: %w", sb.ID, err)
+	}
+	return s.PutSandboxEncoded(sb.ID, data)
+}
+
+// PutSandboxEncoded writes a record already encoded as JSON (a snapshot
+// taken under the caller's lock), atomically.
+func (s *Store) PutSandboxEncoded(id string, data []byte) error {
+	if !safeName(id) {
+		return fmt.Errorf("store: bad sandbox id %q", id)
+	}
+	return s.writeFile(filepath.Join(s.dir, sandboxDir, id+".json"), data)
 }
 
 // DeleteSandbox removes the record; a missing record is not an error.
@@ -112,7 +139,11 @@ func (s *Store) Sandboxes() ([]*Sandbox, error) {
 
 // PutIdempotency writes the key's record atomically.
 func (s *Store) PutIdempotency(rec *Idempotency) error {
-	return writeJSON(s.idempotencyPath(rec.Account, rec.Key), rec)
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("store: encode idempotency key: %w", err)
+	}
+	return s.writeFile(s.idempotencyPath(rec.Account, rec.Key), data)
 }
 
 // DeleteIdempotency removes the key's record.
@@ -137,11 +168,7 @@ func safeName(id string) bool {
 	return id != "" && len(id) < 128 && !strings.ContainsAny(id, "/\\\x00") && id != "." && id != ".."
 }
 
-func writeJSON(path string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("store: encode %s: %w", filepath.Base(path), err)
-	}
+func (s *Store) writeFile(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -150,6 +177,9 @@ func writeJSON(path string, v any) error {
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return fmt.Errorf("store: write %s: %w", filepath.Base(path), err)
+	}
+	if fn := s.beforeSync.Load(); fn != nil {
+		(*fn)(path)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()

@@ -1,0 +1,188 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// ungated is the same engine seen without the Remove gate: another
+// backend process on it, after the first one died mid-removal.
+type ungated struct{ *fakeRuntime }
+
+func (u ungated) Remove(ctx context.Context, ref string) error {
+	u.mu.Lock()
+	gate := u.removeGate
+	u.removeGate = nil
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		u.removeGate = gate
+		u.mu.Unlock()
+	}()
+	return u.fakeRuntime.Remove(ctx, ref)
+}
+
+func runningSandbox(t *testing.T, m *Manager) View {
+	t.Helper()
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.WaitStatus(context.Background(), "acct", res.Sandbox.ID, []string{StatusRunning})
+	if err != nil || v.Status != StatusRunning {
+		t.Fatalf("sandbox did not run: %+v %v", v, err)
+	}
+	return v
+}
+
+// fakeEgress records which sandboxes' rules were released.
+type fakeEgress struct {
+	mu       sync.Mutex
+	released []string
+}
+
+func (f *fakeEgress) Available() string                                   { return "" }
+func (f *fakeEgress) ReserveIP(context.Context, []string) (string, error) { return "10.0.0.2", nil }
+func (f *fakeEgress) Apply(context.Context, EgressPolicy) error           { return nil }
+func (f *fakeEgress) Sync(context.Context, []EgressPolicy) error          { return nil }
+func (f *fakeEgress) Release(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, id)
+	return nil
+}
+
+func (f *fakeEgress) releasedCount(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.released {
+		if r == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDeleteAnswersBeforeTheContainerIsGone: a delete whose container
+// removal is stuck in the engine answers anyway; the id answers 404 and
+// its vCPUs are free at once, its record is gone from disk, its egress
+// rules stay until the container is gone, and AwaitRemovals waits for the
+// removal.
+func TestDeleteAnswersBeforeTheContainerIsGone(t *testing.T) {
+	rt := newFakeRuntime()
+	eg := &fakeEgress{}
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, Egress: eg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sb := runningSandbox(t, m)
+	entered, release := rt.gateRemove()
+	defer release()
+
+	within(t, "delete while the engine's removal is stuck", func() {
+		if err := m.Delete(context.Background(), "acct", sb.ID); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+	})
+	var e *Error
+	if _, err := m.Get("acct", sb.ID); !errors.As(err, &e) || e.Code != CodeNotFound {
+		t.Fatalf("get after delete: %v, want NOT_FOUND", err)
+	}
+	if err := m.Delete(context.Background(), "acct", sb.ID); !errors.As(err, &e) || e.Code != CodeNotFound {
+		t.Fatalf("second delete: %v, want NOT_FOUND", err)
+	}
+	if used, _ := m.VCPUUsage("acct"); used != 0 {
+		t.Fatalf("%v vCPUs still in use after the delete", used)
+	}
+	if recs, err := st.Sandboxes(); err != nil || len(recs) != 0 {
+		t.Fatalf("records on disk after the delete answered: %d (%v)", len(recs), err)
+	}
+	within(t, "the background removal starting", func() { <-entered })
+	if n := rt.count(); n != 1 {
+		t.Fatalf("%d containers while the removal is stuck, want 1", n)
+	}
+	if n := eg.releasedCount(sb.ID); n != 0 {
+		t.Fatalf("egress rules released while the container still exists")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.AwaitRemovals(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AwaitRemovals while the removal is stuck: %v", err)
+	}
+	release()
+	within(t, "AwaitRemovals", func() {
+		if err := m.AwaitRemovals(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := rt.count(); n != 0 {
+		t.Fatalf("%d containers after AwaitRemovals", n)
+	}
+	if n := eg.releasedCount(sb.ID); n == 0 {
+		t.Fatalf("egress rules not released with the container")
+	}
+}
+
+// TestDeletedSandboxLeftoversGoAfterACrash: the backend dies after a
+// delete answered but before the container was removed; the next start
+// removes the leftover container.
+func TestDeletedSandboxLeftoversGoAfterACrash(t *testing.T) {
+	rt := newFakeRuntime()
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sb := runningSandbox(t, m)
+	entered, release := rt.gateRemove()
+	t.Cleanup(func() { release(); m.Close() })
+	within(t, "delete while the engine's removal is stuck", func() {
+		if err := m.Delete(context.Background(), "acct", sb.ID); err != nil {
+			t.Error(err)
+		}
+	})
+	within(t, "the background removal starting", func() { <-entered })
+
+	// "Crash": the first manager never finishes; a second starts on the
+	// same records and engine.
+	st2, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Config{Mode: ModeReal, Runtime: ungated{rt}, Store: st2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Close)
+	within(t, "start after the crash", func() {
+		if err := m2.Start(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := rt.count(); n != 0 {
+		t.Fatalf("%d containers of the deleted sandbox left after the restart's reconciliation", n)
+	}
+	if _, err := m2.Get("acct", sb.ID); err == nil {
+		t.Fatal("the deleted sandbox is back after the restart")
+	}
+}
