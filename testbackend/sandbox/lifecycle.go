@@ -136,7 +136,10 @@ func (m *Manager) expire(id string) {
 	}
 	if idleDue(sb, now) {
 		if m.busy[id] > 0 {
-			// An operation is under way; its end starts the clock again.
+			// An operation is under way: it is activity until it ends
+			// (and its end starts the clock again).
+			m.touchLocked(sb)
+			m.scheduleLocked(sb)
 			m.mu.Unlock()
 			return
 		}

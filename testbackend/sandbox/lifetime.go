@@ -272,6 +272,8 @@ func (m *Manager) terminationCause(sb *store.Sandbox, exit runtime.Exit) (reason
 		return ReasonOutOfMemory, fmt.Sprintf("the sandbox used more memory than its template %s allows (%d MiB) and was killed", sb.Template, m.templates[sb.Template].MemoryMB)
 	case exit.Removed:
 		return ReasonContainerLost, "the sandbox's container was removed from outside the backend"
+	case exit.Killed:
+		return ReasonContainerLost, fmt.Sprintf("the sandbox's container was killed from outside the backend (through the container engine; exit code %d)", exit.Code)
 	}
 	return ReasonProcessEnded, fmt.Sprintf("the sandbox's main process ended with code %d", exit.Code)
 }

@@ -1,0 +1,176 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+)
+
+// Lifetime extensions of v1 on real gVisor: idle timeouts and the
+// termination reasons, each produced by a real event.
+
+// lifetimeBackend is a real backend of the test's own with a short idle
+// minimum (the --min-idle-timeout test knob).
+func lifetimeBackend(t *testing.T) (*testbackend.Backend, *client) {
+	t.Helper()
+	b, err := startBackend(t.TempDir(), testbackend.Config{MinIdleTimeout: time.Second, Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, newClient(t, b.URL())
+}
+
+// containerOf is the engine id of the sandbox's container.
+func containerOf(t *testing.T, b *testbackend.Backend, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := b.Runtime().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list {
+		if c.Labels[runtime.LabelSandboxID] == id && c.Running {
+			return c.ID
+		}
+	}
+	t.Fatalf("no running container for %s", id)
+	return ""
+}
+
+// engine is a client of the backend's engine, to do to a sandbox's own
+// container what someone outside the backend could.
+func engine(t *testing.T, b *testbackend.Backend) *dockerclient.Client {
+	t.Helper()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(b.Runtime().Address()), dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func waitTerminated(t *testing.T, c *client, id string) apitest.Sandbox {
+	t.Helper()
+	sb := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+id+"?waitFor=terminated&timeoutMs=60000", tokA, nil, nil))
+	if sb.Status != "terminated" {
+		t.Fatalf("sandbox %s after 60 s: %+v, want terminated", id, sb)
+	}
+	if sb.TerminatedAt == "" || sb.TerminationMessage == "" || sb.IdleExpiresAt != "" {
+		t.Fatalf("terminated sandbox %s: %+v, want terminatedAt and a message, no idleExpiresAt", id, sb)
+	}
+	return sb
+}
+
+// TestIdleTimeoutOnGVisor: a sandbox left alone ends terminated
+// (idle_timeout) and its container goes; one whose command is still under
+// way does not end meanwhile, however long the command takes, and ends
+// only an idle timeout after its last activity. The order is decided by
+// the held command, not by the clock.
+func TestIdleTimeoutOnGVisor(t *testing.T) {
+	t.Parallel()
+	const idle = 5000
+	b, c := lifetimeBackend(t)
+	sbs := c.RunningAll(tokA, map[string]any{"idleTimeoutMs": idle}, map[string]any{"idleTimeoutMs": idle})
+	alone, held := sbs[0], sbs[1]
+
+	// A command that stays under way until the test releases it.
+	done := make(chan apitest.Response, 1)
+	bg := &apitest.Client{T: t, Base: c.Base, HTTP: c.HTTP, Continue: true}
+	go func() {
+		done <- bg.Do("POST", "/sandboxes/"+held.ID+"/commands", tokA, map[string]any{
+			"cmd":       "touch /tmp/started; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo released",
+			"timeoutMs": 300000,
+		}, nil)
+	}()
+	eventually(t, 60*time.Second, func() error {
+		if st, env := c.Raw("GET", "/sandboxes/"+held.ID+"/files?path=/tmp/started", tokA, nil, nil); st != http.StatusOK {
+			return errorf("held command not started yet: %d %v", st, env.Error)
+		}
+		return nil
+	})
+
+	a := waitTerminated(t, c, alone.ID)
+	if a.TerminationReason != "idle_timeout" {
+		t.Fatalf("sandbox left alone: %+v, want idle_timeout", a)
+	}
+	if n := ownedContainers(t, b, alone.ID); n != 0 {
+		t.Fatalf("idle sandbox still has %d containers", n)
+	}
+	if got := c.Get(tokA, held.ID); got.Status != "running" || got.IdleExpiresAt == "" {
+		t.Fatalf("sandbox with a command under way when the other idled out: %+v", got)
+	}
+
+	release := time.Now().UTC().Truncate(time.Millisecond)
+	if r := c.Do("PUT", "/sandboxes/"+held.ID+"/files", tokA, map[string]any{"path": "/tmp/go", "content": ""}, nil); r.Status != http.StatusOK {
+		t.Fatalf("release: %v", r)
+	}
+	res := apitest.DecodeData[apitest.ExecResult](t, <-done)
+	if exitCode(t, res) != 0 || !strings.Contains(res.Stdout, "released") {
+		t.Fatalf("held command: %v", res)
+	}
+	h := waitTerminated(t, c, held.ID)
+	end := instant(t, h.TerminatedAt)
+	if h.TerminationReason != "idle_timeout" || end.Before(release.Add(idle*time.Millisecond)) || !end.After(instant(t, a.TerminatedAt)) {
+		t.Fatalf("held sandbox ended %+v: want idle_timeout at least %d ms after its last activity (%s), after the other (%s)", h, idle, release.Format(time.RFC3339Nano), a.TerminatedAt)
+	}
+	// Ended sandboxes stay readable, take no exec, and delete cleanly.
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+held.ID+"/commands", tokA, map[string]any{"cmd": "true"}, nil), http.StatusConflict, "SANDBOX_NOT_RUNNING")
+	for _, id := range []string{alone.ID, held.ID} {
+		if r := c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("DELETE of idle-terminated %s: %v", id, r)
+		}
+		apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+id, tokA, nil, nil), http.StatusNotFound, "NOT_FOUND")
+	}
+}
+
+// TestContainerLostOnGVisor: a sandbox's own container killed (docker
+// kill) or removed (docker rm -f) from outside the backend ends the
+// sandbox terminated with container_lost; a PATCH then answers 409 and a
+// DELETE succeeds.
+func TestContainerLostOnGVisor(t *testing.T) {
+	t.Parallel()
+	b, c := lifetimeBackend(t)
+	cli := engine(t, b)
+	sbs := c.RunningAll(tokA, map[string]any{}, map[string]any{})
+	killed, removed := sbs[0], sbs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cli.ContainerKill(ctx, containerOf(t, b, killed.ID), "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ContainerRemove(ctx, containerOf(t, b, removed.ID), containerRemoveForce); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id, says string
+	}{{killed.ID, "killed from outside"}, {removed.ID, "from outside the backend"}} {
+		sb := waitTerminated(t, c, tc.id)
+		if sb.TerminationReason != "container_lost" || !strings.Contains(sb.TerminationMessage, tc.says) {
+			t.Errorf("%s: %s (%s), want container_lost saying %q", tc.id, sb.TerminationReason, sb.TerminationMessage, tc.says)
+		}
+		t.Logf("%s: %s: %s", tc.id, sb.TerminationReason, sb.TerminationMessage)
+		apitest.ExpectErr(t, c.Do("PATCH", "/sandboxes/"+tc.id, tokA, map[string]any{"timeoutMs": 600000}, nil), http.StatusConflict, "SANDBOX_NOT_RUNNING")
+		if r := c.Do("DELETE", "/sandboxes/"+tc.id, tokA, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("DELETE of terminated %s: %v", tc.id, r)
+		}
+		if n := ownedContainers(t, b, tc.id); n != 0 {
+			t.Errorf("%s: %d containers left", tc.id, n)
+		}
+	}
+}
+
+var containerRemoveForce = container.RemoveOptions{Force: true}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
