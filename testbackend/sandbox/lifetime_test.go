@@ -22,6 +22,8 @@ type holdRuntime struct {
 	hold    string // container whose exec blocks
 	entered chan struct{}
 	release chan struct{}
+	// startGate, when set, holds every start until closed.
+	startGate chan struct{}
 }
 
 var _ runtime.Runtime = (*holdRuntime)(nil)
@@ -33,7 +35,14 @@ func newHoldRuntime() *holdRuntime {
 func (h *holdRuntime) Ping(context.Context) error                { return nil }
 func (h *holdRuntime) Address() string                           { return "fake" }
 func (h *holdRuntime) EnsureImage(context.Context, string) error { return nil }
-func (h *holdRuntime) Start(_ context.Context, spec runtime.Spec) (string, error) {
+func (h *holdRuntime) Start(ctx context.Context, spec runtime.Spec) (string, error) {
+	if h.startGate != nil {
+		select {
+		case <-h.startGate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.n++
@@ -155,6 +164,27 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	}
 	if end, _ := time.Parse(time.RFC3339, v.TerminatedAt); end.Before(released.Add(300 * time.Millisecond)) {
 		t.Fatalf("held sandbox ended at %s, less than its idle timeout after its command ended (%s)", v.TerminatedAt, released)
+	}
+}
+
+// TestPatchPending: a sandbox whose container is still starting cannot
+// change its timeouts (409 SANDBOX_NOT_RUNNING) and keeps them.
+func TestPatchPending(t *testing.T) {
+	rt := newHoldRuntime()
+	rt.startGate = make(chan struct{})
+	m := newManager(t, rt, ModeReal, t.TempDir())
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil || res.Sandbox.Status != StatusPending {
+		t.Fatalf("create: %+v %v", res, err)
+	}
+	_, err = m.Update("acct", res.Sandbox.ID, UpdateRequest{TimeoutMs: []byte("600000")})
+	if e, ok := err.(*Error); !ok || e.Code != CodeNotRunning {
+		t.Fatalf("PATCH of a pending sandbox: %v, want SANDBOX_NOT_RUNNING", err)
+	}
+	close(rt.startGate)
+	v, err := m.WaitStatus(context.Background(), "acct", res.Sandbox.ID, []string{StatusRunning})
+	if err != nil || v.TimeoutMs != DefaultTimeoutMs {
+		t.Fatalf("after the refused PATCH: %+v %v", v, err)
 	}
 }
 
