@@ -106,7 +106,7 @@ func (h *holdRuntime) Close() error { return nil }
 // TestOperationHoldsIdleClock: while a command is under way its sandbox
 // does not idle out, however long it takes (another sandbox with the same
 // idle timeout, made later, ends first); once it ends, the sandbox ends
-// an idle timeout after that.
+// an idle timeout after that. A run-mode job never idles out.
 func TestOperationHoldsIdleClock(t *testing.T) {
 	rt := newHoldRuntime()
 	st, err := store.Open(t.TempDir())
@@ -122,9 +122,9 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	ctx := context.Background()
-	create := func() View {
+	create := func(cmd ...string) View {
 		t.Helper()
-		res, err := m.Create(ctx, "acct", "", CreateRequest{IdleTimeoutMs: []byte("300")})
+		res, err := m.Create(ctx, "acct", "", CreateRequest{IdleTimeoutMs: []byte("300"), Cmd: cmd})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,6 +145,10 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	}()
 	<-rt.entered // the command is under way
 
+	job := create("sleep", "600") // run mode: the program is the activity
+	if job.IdleExpiresAt != "" || job.IdleTimeoutMs != 300 {
+		t.Fatalf("run-mode sandbox: %+v, want idleTimeoutMs without an idle clock", job)
+	}
 	alone := create()
 	v, err := m.WaitStatus(ctx, "acct", alone.ID, []string{StatusTerminated})
 	if err != nil || v.Status != StatusTerminated || v.TerminationReason != ReasonIdleTimeout {
@@ -152,6 +156,9 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	}
 	if got, _ := m.Get("acct", held.ID); got.Status != StatusRunning {
 		t.Fatalf("sandbox with a command under way ended while the other idled out: %+v", got)
+	}
+	if got, _ := m.Get("acct", job.ID); got.Status != StatusRunning {
+		t.Fatalf("run-mode job ended while another sandbox idled out: %+v", got)
 	}
 	released := time.Now().UTC().Truncate(time.Millisecond)
 	close(rt.release)
