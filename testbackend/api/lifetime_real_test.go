@@ -135,16 +135,33 @@ func TestIdleTimeoutOnGVisor(t *testing.T) {
 	}
 }
 
+// hog allocates past any template's memory in 64 MiB chunks.
+const hog = `
+chunks = []
+for i in range(64):
+    chunks.append(b"\x01" * (64 << 20))
+print("allocated-all", flush=True)
+`
+
 // TestContainerLostOnGVisor: a sandbox's own container killed (docker
 // kill) or removed (docker rm -f) from outside the backend ends the
 // sandbox terminated with container_lost; a PATCH then answers 409 and a
-// DELETE succeeds.
+// DELETE succeeds. The killed one first had a process killed for memory
+// (the engine then flags the container OOMKilled for the rest of its
+// life): being killed from outside still reads container_lost.
 func TestContainerLostOnGVisor(t *testing.T) {
 	t.Parallel()
 	b, c := lifetimeBackend(t)
 	cli := engine(t, b)
-	sbs := c.RunningAll(tokA, map[string]any{}, map[string]any{})
+	sbs := c.RunningAll(tokA, map[string]any{"template": "base", "image": "rarecloud/sandbox-python:latest"}, map[string]any{})
 	killed, removed := sbs[0], sbs[1]
+	res := apitest.DecodeData[apitest.ExecResult](t, c.Do("POST", "/sandboxes/"+killed.ID+"/run_code", tokA, map[string]any{"language": "python", "code": hog, "timeoutMs": 120000}, nil))
+	if res.ExitCode == nil || *res.ExitCode != 137 || strings.Contains(res.Stdout, "allocated-all") {
+		t.Fatalf("memory hog: %v, want it killed (137)", res)
+	}
+	if got := c.Get(tokA, killed.ID); got.Status != "running" {
+		t.Fatalf("a process killed for memory ended its sandbox: %+v", got)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cli.ContainerKill(ctx, containerOf(t, b, killed.ID), "KILL"); err != nil {
@@ -174,3 +191,33 @@ func TestContainerLostOnGVisor(t *testing.T) {
 var containerRemoveForce = container.RemoveOptions{Force: true}
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// TestOutOfMemoryOnGVisor: memory the sandbox itself holds past its
+// template's memory (files in its tmpfs home, which live in the sandbox's
+// memory) gets the whole sandbox killed by the kernel: it ends terminated
+// with out_of_memory, and its container is gone. (A single process that
+// allocates too much is killed alone and the sandbox lives on:
+// TestContainerLostOnGVisor and isolation's TestMemoryHogContained.)
+func TestOutOfMemoryOnGVisor(t *testing.T) {
+	t.Parallel()
+	b, c := lifetimeBackend(t)
+	sb := c.Running(tokA, map[string]any{"template": "base"})
+	r := c.Do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "dd if=/dev/zero of=/home/user/fill bs=1M count=1536; echo survived", "timeoutMs": 120000}, nil)
+	if r.Status == http.StatusOK {
+		if res := apitest.DecodeData[apitest.ExecResult](t, r); strings.Contains(res.Stdout, "survived") {
+			t.Fatalf("1.5 GiB in the home of a 1 GiB sandbox: %v", res)
+		}
+	}
+	t.Logf("the filling command answered %v", r)
+	got := waitTerminated(t, c, sb.ID)
+	if got.TerminationReason != "out_of_memory" || !strings.Contains(got.TerminationMessage, "1024 MiB") {
+		t.Fatalf("sandbox over its memory: %s (%s), want out_of_memory naming the template's memory", got.TerminationReason, got.TerminationMessage)
+	}
+	t.Logf("%s: %s", got.TerminationReason, got.TerminationMessage)
+	if n := ownedContainers(t, b, sb.ID); n != 0 {
+		t.Fatalf("out-of-memory sandbox still has %d containers", n)
+	}
+	if r := c.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("DELETE: %v", r)
+	}
+}

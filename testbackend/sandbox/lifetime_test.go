@@ -205,7 +205,7 @@ func TestTerminationCause(t *testing.T) {
 		says   string
 	}{
 		{runtime.Exit{Code: 137, Reason: "the sandbox was stopped: hostile agent", Killed: true}, ReasonAgentFailure, "hostile agent"},
-		{runtime.Exit{Code: 137, OOMKilled: true, Killed: true}, ReasonOutOfMemory, "1024 MiB"},
+		{runtime.Exit{Code: 137, OOMKilled: true}, ReasonOutOfMemory, "1024 MiB"},
 		{runtime.Exit{Code: 137, Removed: true}, ReasonContainerLost, "removed from outside"},
 		{runtime.Exit{Code: 137, Killed: true}, ReasonContainerLost, "killed from outside"},
 		{runtime.Exit{Code: 137}, ReasonProcessEnded, "code 137"},
