@@ -82,7 +82,10 @@ func TestIdleTimeoutOnGVisor(t *testing.T) {
 	t.Parallel()
 	const idle = 5000
 	b, c := lifetimeBackend(t)
-	sbs := c.RunningAll(tokA, map[string]any{"idleTimeoutMs": idle}, map[string]any{"idleTimeoutMs": idle})
+	// held starts with a long idle timeout, so that it cannot idle out
+	// before its command is under way, however slow the machine is; the
+	// PATCH below gives it the same one as alone.
+	sbs := c.RunningAll(tokA, map[string]any{"idleTimeoutMs": idle}, map[string]any{"idleTimeoutMs": 600000})
 	alone, held := sbs[0], sbs[1]
 
 	// A command that stays under way until the test releases it.
@@ -100,6 +103,9 @@ func TestIdleTimeoutOnGVisor(t *testing.T) {
 		}
 		return nil
 	})
+	if r := c.Do("PATCH", "/sandboxes/"+held.ID, tokA, map[string]any{"idleTimeoutMs": idle}, nil); r.Status != http.StatusOK {
+		t.Fatalf("PATCH held: %v", r)
+	}
 
 	a := waitTerminated(t, c, alone.ID)
 	if a.TerminationReason != "idle_timeout" {

@@ -122,9 +122,9 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	ctx := context.Background()
-	create := func(cmd ...string) View {
+	create := func(idle string, cmd ...string) View {
 		t.Helper()
-		res, err := m.Create(ctx, "acct", "", CreateRequest{IdleTimeoutMs: []byte("300"), Cmd: cmd})
+		res, err := m.Create(ctx, "acct", "", CreateRequest{IdleTimeoutMs: []byte(idle), Cmd: cmd})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,9 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 		}
 		return v
 	}
-	held := create()
+	// Made with a long idle timeout so that it cannot idle out before its
+	// command is under way; shortened once it is.
+	held := create("600000")
 	rt.mu.Lock()
 	rt.hold = containerName(held.ID) + "-c"
 	rt.mu.Unlock()
@@ -144,12 +146,15 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 		done <- err
 	}()
 	<-rt.entered // the command is under way
+	if _, err := m.Update("acct", held.ID, UpdateRequest{IdleTimeoutMs: []byte("300")}); err != nil {
+		t.Fatal(err)
+	}
 
-	job := create("sleep", "600") // run mode: the program is the activity
+	job := create("300", "sleep", "600") // run mode: the program is the activity
 	if job.IdleExpiresAt != "" || job.IdleTimeoutMs != 300 {
 		t.Fatalf("run-mode sandbox: %+v, want idleTimeoutMs without an idle clock", job)
 	}
-	alone := create()
+	alone := create("300")
 	v, err := m.WaitStatus(ctx, "acct", alone.ID, []string{StatusTerminated})
 	if err != nil || v.Status != StatusTerminated || v.TerminationReason != ReasonIdleTimeout {
 		t.Fatalf("sandbox left alone: %+v %v", v, err)
