@@ -88,6 +88,9 @@ type Exit struct {
 	OOMKilled bool
 	Killed    bool
 	Removed   bool
+	// EngineLost is set by the caller, not the engine: the engine was
+	// unavailable while the container stopped (it crashed or restarted).
+	EngineLost bool
 }
 
 // Container describes one owned container found on the engine.

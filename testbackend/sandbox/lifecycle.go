@@ -447,7 +447,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, a := range collect {
-		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode})
+		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode, EngineLost: engineLost})
 	}
 	// Removal above must finish before a new container takes the name.
 	m.mu.Lock()

@@ -272,6 +272,8 @@ func (m *Manager) terminationCause(sb *store.Sandbox, exit runtime.Exit) (reason
 		return ReasonContainerLost, "the sandbox's container was removed from outside the backend"
 	case exit.Killed:
 		return ReasonContainerLost, fmt.Sprintf("the sandbox's container was killed from outside the backend (through the container engine; exit code %d)", exit.Code)
+	case exit.EngineLost:
+		return ReasonEngineLost, fmt.Sprintf("the sandbox's container stopped while the container engine at %s was unavailable (it crashed or restarted; exit code %d)", m.rt.Address(), exit.Code)
 	}
 	return ReasonProcessEnded, fmt.Sprintf("the sandbox's main process ended with code %d", exit.Code)
 }

@@ -202,7 +202,7 @@ func TestPatchPending(t *testing.T) {
 
 // TestTerminationCause: how each way a keepalive can end is named.
 func TestTerminationCause(t *testing.T) {
-	m := &Manager{templates: map[string]Template{"base": {Name: "base", MemoryMB: 1024}}}
+	m := &Manager{templates: map[string]Template{"base": {Name: "base", MemoryMB: 1024}}, rt: newHoldRuntime()}
 	sb := &store.Sandbox{Template: "base"}
 	for _, tc := range []struct {
 		exit   runtime.Exit
@@ -213,6 +213,7 @@ func TestTerminationCause(t *testing.T) {
 		{runtime.Exit{Code: 137, OOMKilled: true}, ReasonOutOfMemory, "1024 MiB"},
 		{runtime.Exit{Code: 137, Removed: true}, ReasonContainerLost, "removed from outside"},
 		{runtime.Exit{Code: 137, Killed: true}, ReasonContainerLost, "killed from outside"},
+		{runtime.Exit{Code: 255, EngineLost: true}, ReasonEngineLost, "was unavailable"},
 		{runtime.Exit{Code: 137}, ReasonProcessEnded, "code 137"},
 		{runtime.Exit{Code: 0}, ReasonProcessEnded, "code 0"},
 	} {
