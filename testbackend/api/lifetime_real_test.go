@@ -227,3 +227,43 @@ func TestOutOfMemoryOnGVisor(t *testing.T) {
 		t.Fatalf("DELETE: %v", r)
 	}
 }
+
+// TestPatchSurvivesRestartOnGVisor: a PATCH is on disk before its answer:
+// a backend started again on the same data directory shows the patched
+// lifetime and idle timeout, keeps the container, and restarts the idle
+// clock from its own start.
+func TestPatchSurvivesRestartOnGVisor(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b1, err := startBackend(dir, testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, b1.URL())
+	sb := c.Running(tokA, map[string]any{"timeoutMs": 120000})
+	patched := apitest.DecodeData[apitest.Sandbox](t, c.Do("PATCH", "/sandboxes/"+sb.ID, tokA, map[string]any{"timeoutMs": 3600000, "idleTimeoutMs": 1800000}, nil))
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now().UTC().Truncate(time.Millisecond)
+	b2, err := startBackend(dir, testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b2.Close() })
+	c = newClient(t, b2.URL())
+	t.Cleanup(func() { c.Raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil) })
+	got := c.Get(tokA, sb.ID)
+	if got.Status != "running" || got.TimeoutMs != 3600000 || got.ExpiresAt != patched.ExpiresAt || got.IdleTimeoutMs != 1800000 {
+		t.Fatalf("after a restart: %+v, want the patched values of %+v", got, patched)
+	}
+	if ie := instant(t, got.IdleExpiresAt); ie.Before(restarted.Add(30 * time.Minute)) {
+		t.Fatalf("idleExpiresAt after a restart: %s, want at least the restart (%s) + 30 min", got.IdleExpiresAt, restarted)
+	}
+	if out := c.command(sb.ID, "echo still"); out.Stdout != "still\n" {
+		t.Fatalf("after a restart: %v", out)
+	}
+	if n := ownedContainers(t, b2, sb.ID); n != 1 {
+		t.Fatalf("after a restart: %d containers, want 1", n)
+	}
+}
