@@ -45,7 +45,9 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	c := newClient(t, b1.URL())
 	keep := c.Running(tokA, map[string]any{"labels": map[string]string{"r": "keep"}})
 	lost := c.Running(tokA, map[string]any{})
-	expiring := c.Running(tokA, map[string]any{"timeoutMs": 4000})
+	// Not waited for: on a loaded machine its start may take longer than
+	// its lifetime, and it only has to run out while the backend is down.
+	expiring := c.Create(tokA, map[string]any{"timeoutMs": 4000})
 	job := c.Create(tokA, map[string]any{"cmd": []string{"sh", "-c", "sleep 1; echo finished; exit 5"}})
 	// A PATCH is on disk before its answer (an extension of v1).
 	patched := apitest.DecodeData[apitest.Sandbox](t, c.Do("PATCH", "/sandboxes/"+keep.ID, tokA, map[string]any{"timeoutMs": 3600000, "idleTimeoutMs": 1800000}, nil))
