@@ -116,6 +116,8 @@ func TestIdleTimeoutValues(t *testing.T) {
 	if sb := c.Create(tokA, map[string]any{"timeoutMs": 60000}); sb.IdleTimeoutMs != 0 || sb.IdleExpiresAt != "" {
 		t.Fatalf("create without idleTimeoutMs: %+v", sb)
 	}
+	// With an Idempotency-Key too (validation comes before the key).
+	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"idleTimeoutMs": -1}, map[string]string{"Idempotency-Key": "idle-neg"}), http.StatusUnprocessableEntity, "INVALID_TIMEOUT")
 	// The create body's own timeoutMs keeps its v1 answer.
 	apitest.ExpectErr(t, c.Do("POST", "/sandboxes", tokA, map[string]any{"timeoutMs": -1}, nil), http.StatusBadRequest, "INVALID_TIMEOUT")
 }
@@ -385,4 +387,22 @@ func TestIdleTimeoutEnds(t *testing.T) {
 		t.Fatalf("DELETE of an idle-terminated sandbox: %v", r)
 	}
 	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+alone.ID, tokA, nil, nil), http.StatusNotFound, "NOT_FOUND")
+}
+
+// TestIdleTerminatedIsKeptForRetention: a sandbox that idled out stays
+// readable for the retention period, then answers 404.
+func TestIdleTerminatedIsKeptForRetention(t *testing.T) {
+	t.Parallel()
+	c := testModeBackend(t, testbackend.Config{MinIdleTimeout: 500 * time.Millisecond, Retention: 2 * time.Second})
+	sb := c.Create(tokA, map[string]any{"idleTimeoutMs": 500})
+	got := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+sb.ID+"?waitFor=terminated&timeoutMs=30000", tokA, nil, nil))
+	if got.Status != "terminated" || got.TerminationReason != "idle_timeout" {
+		t.Fatalf("%+v", got)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if st, _ := c.Raw("GET", "/sandboxes/"+sb.ID, tokA, nil, nil); st != http.StatusNotFound {
+			return fmt.Errorf("idle-terminated sandbox still answers %d after its retention", st)
+		}
+		return nil
+	})
 }
