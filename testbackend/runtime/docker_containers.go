@@ -1,0 +1,270 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+)
+
+// keepalive is the main process of a sandbox that waits for commands. It is a
+// shell loop rather than `sleep infinity` so that PID 1 reaps orphans (under
+// runc; gVisor reaps them itself) and exits at once on SIGTERM. It needs only
+// sh and sleep in the image; when sleep is missing the loop ends instead of
+// spinning.
+var keepalive = []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT HUP; while sleep 3600 & wait $!; do :; done"}
+
+// Start creates and starts a locked-down container and returns its id. When
+// the container was created but could not start, it returns the id together
+// with the error (after trying to remove it), so callers can clean up with
+// Remove either way.
+func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
+	if spec.Image == "" {
+		return "", errors.New("runtime: Spec.Image is empty")
+	}
+	cfg := d.containerConfig(spec)
+	hc := d.hostConfig(spec)
+	if !spec.RunMode && d.agentPath != "" {
+		d.useAgent(cfg, hc)
+	}
+	if err := d.useDNS(hc); err != nil {
+		return "", err
+	}
+
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
+	if err != nil {
+		switch {
+		case isEngineDown(err):
+			return "", d.engineErr("create container", err)
+		case cerrdefs.IsNotFound(err):
+			return "", fmt.Errorf("%w: %s: %v", ErrImageUnavailable, spec.Image, err)
+		default:
+			return "", fmt.Errorf("runtime: create container from %s: %w", spec.Image, err)
+		}
+	}
+	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = d.Remove(rmCtx, created.ID)
+		if isEngineDown(err) {
+			return created.ID, d.engineErr("start container", err)
+		}
+		return created.ID, fmt.Errorf("runtime: start container from %s with runtime %s: %w", spec.Image, d.runtime, err)
+	}
+	return created.ID, nil
+}
+
+// containerConfig is the container's own configuration: image, user,
+// labels (owner and instance) and the main process (the image's for run
+// mode, keepalive otherwise).
+func (d *Docker) containerConfig(spec Spec) *container.Config {
+	labels := make(map[string]string, len(spec.Labels)+2)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[LabelManaged] = "true"
+	labels[LabelInstance] = d.instance
+
+	cfg := &container.Config{
+		Image:      spec.Image,
+		User:       SandboxUser,
+		WorkingDir: SandboxHome,
+		Env:        envList(spec.Env),
+		Labels:     labels,
+	}
+	if spec.RunMode {
+		if len(spec.Entrypoint) > 0 {
+			cfg.Entrypoint = spec.Entrypoint
+		}
+		if len(spec.Cmd) > 0 {
+			cfg.Cmd = spec.Cmd
+		}
+	} else {
+		// Our own main process, whatever the image's entrypoint is. A
+		// non-nil empty Cmd keeps the image's CMD from being appended.
+		cfg.Entrypoint = keepalive
+		cfg.Cmd = []string{}
+	}
+	return cfg
+}
+
+// hostConfig is the locked-down host side of a sandbox: gVisor, read-only
+// root with tmpfs home and /tmp, no capabilities, the sandbox network, and
+// the template's memory, CPU and process limits.
+func (d *Docker) hostConfig(spec Spec) *container.HostConfig {
+	home := "uid=10001,gid=10001,mode=0700"
+	if spec.HomeBytes > 0 {
+		home = fmt.Sprintf("size=%d,%s", spec.HomeBytes, home)
+	}
+	tmp := "mode=1777"
+	if spec.TmpBytes > 0 {
+		tmp = fmt.Sprintf("size=%d,%s", spec.TmpBytes, tmp)
+	}
+	hc := &container.HostConfig{
+		Runtime:        d.runtime,
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{SandboxHome: home, "/tmp": tmp},
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		NetworkMode:    container.NetworkMode(d.network),
+		IpcMode:        container.IPCModePrivate,
+		AutoRemove:     false,
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		Resources: container.Resources{
+			Memory:   spec.MemoryBytes,
+			NanoCPUs: spec.NanoCPUs,
+		},
+	}
+	if spec.MemoryBytes > 0 {
+		hc.MemorySwap = spec.MemoryBytes // no swap on top
+	}
+	if spec.MaxProcs > 0 {
+		hc.Ulimits = []*container.Ulimit{{Name: "nproc", Soft: spec.MaxProcs, Hard: spec.MaxProcs}}
+		// A cgroup pids limit well above nproc: it counts the sandbox's own
+		// host threads too, and small values (<= 256) break runsc.
+		pids := spec.MaxProcs * 4
+		if pids < 2048 {
+			pids = 2048
+		}
+		hc.PidsLimit = &pids
+	}
+	return hc
+}
+
+// Wait blocks until the container's main process has exited (at once when
+// it already has) or ctx ends.
+func (d *Docker) Wait(ctx context.Context, id string) Exit {
+	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case resp := <-respC:
+		if resp.Error != nil && resp.Error.Message != "" {
+			return Exit{Code: int(resp.StatusCode), Err: fmt.Errorf("runtime: waiting for %s: %s", id, resp.Error.Message)}
+		}
+		return d.exitOf(id, int(resp.StatusCode))
+	case err := <-errC:
+		return Exit{Code: -1, Err: d.containerErr("wait for", id, err)}
+	}
+}
+
+// Remove kills and removes the container with its anonymous volumes. A
+// container that is gone counts as removed; when another removal is
+// already under way, Remove returns once it has finished, so that a new
+// container can take the name as soon as Remove returns.
+func (d *Docker) Remove(ctx context.Context, id string) error {
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if strings.Contains(err.Error(), "already in progress") {
+		return d.waitRemoved(ctx, id)
+	}
+	return d.containerErr("remove", id, err)
+}
+
+// waitRemoved waits until a removal under way has finished (the engine
+// answers a failed removal too) or ctx ends.
+func (d *Docker) waitRemoved(ctx context.Context, id string) error {
+	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case resp := <-respC:
+		if resp.Error != nil && resp.Error.Message != "" {
+			return fmt.Errorf("runtime: remove container %s: %s", id, resp.Error.Message)
+		}
+		return nil
+	case err := <-errC:
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		return d.containerErr("wait for the removal of", id, err)
+	}
+}
+
+// List returns every container (any state) labelled with this instance.
+func (d *Docker) List(ctx context.Context) ([]Container, error) {
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+d.instance)),
+	})
+	if err != nil {
+		return nil, d.engineErr("list containers", err)
+	}
+	out := make([]Container, 0, len(cs))
+	for _, c := range cs {
+		if c.Labels[LabelInstance] != d.instance { // belt and braces
+			continue
+		}
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		out = append(out, Container{
+			ID:        c.ID,
+			Name:      name,
+			Labels:    c.Labels,
+			Running:   c.State == container.StateRunning,
+			ExitCode:  exitCodeFromStatus(c.Status),
+			CreatedAt: time.Unix(c.Created, 0),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Inspect describes one container of this instance; ErrNotFound when it does
+// not exist or belongs to another instance.
+func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
+	c, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return Container{}, d.containerErr("inspect", id, err)
+	}
+	if c.Config == nil || c.Config.Labels[LabelInstance] != d.instance {
+		return Container{}, fmt.Errorf("%w: %s (not owned by instance %s)", ErrNotFound, id, d.instance)
+	}
+	out := Container{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: c.Config.Labels}
+	if c.State != nil {
+		out.Running = c.State.Running
+		out.ExitCode = c.State.ExitCode
+	}
+	if t, err := time.Parse(time.RFC3339Nano, c.Created); err == nil {
+		out.CreatedAt = t
+	}
+	return out, nil
+}
+
+func envList(env map[string]string) []string {
+	if len(env) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// exitCodeFromStatus reads the code from a list status like "Exited (3) 2
+// seconds ago"; 0 when there is none.
+func exitCodeFromStatus(status string) int {
+	i := strings.Index(status, "Exited (")
+	if i < 0 {
+		return 0
+	}
+	rest := status[i+len("Exited ("):]
+	j := strings.IndexByte(rest, ')')
+	if j < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(rest[:j])
+	if err != nil {
+		return 0
+	}
+	return n
+}

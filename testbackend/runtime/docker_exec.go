@@ -1,0 +1,225 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// timeoutKillAfter is the -k grace of the timeout(1) wrapper, and
+// execGoGrace how much longer the Go side waits before it gives up on an exec.
+const (
+	timeoutKillAfter = 2 * time.Second
+	execGoGrace      = timeoutKillAfter + 3*time.Second
+)
+
+// Exec runs req.Cmd as the sandbox user in /home/user and collects its
+// output. With a timeout the command runs under timeout(1) inside the
+// sandbox (killing the docker exec client does not kill the process), and the
+// Go side gives up execGoGrace later in any case.
+func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	var res ExecResult
+	if len(req.Cmd) == 0 {
+		return res, errors.New("runtime: exec: empty command")
+	}
+	if s, ok, err := d.session(ctx, id); err != nil {
+		return res, err
+	} else if ok {
+		return d.execAgent(ctx, id, s, req)
+	}
+	argv := req.Cmd
+	if req.Timeout > 0 {
+		argv = append([]string{
+			"timeout", "-k", strconv.Itoa(int(timeoutKillAfter / time.Second)), "-s", "KILL",
+			strconv.FormatFloat(req.Timeout.Seconds(), 'f', 3, 64),
+		}, req.Cmd...)
+	}
+	start := time.Now()
+	created, err := d.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+		User:         SandboxUser,
+		WorkingDir:   SandboxHome,
+		Cmd:          argv,
+		Env:          envList(req.Env),
+		AttachStdin:  req.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return res, d.containerErr("exec in", id, err)
+	}
+	hj, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return res, d.containerErr("attach to exec in", id, err)
+	}
+	var closeOnce sync.Once
+	closeConn := func() { closeOnce.Do(hj.Close) }
+	defer closeConn()
+
+	if req.Stdin != nil {
+		go func() {
+			// Errors here mean the process stopped reading or exited; its
+			// exit code tells the story.
+			_, _ = io.Copy(hj.Conn, req.Stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+
+	stdout := &capBuffer{max: req.MaxOutput}
+	stderr := &capBuffer{max: req.MaxOutput}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		copied <- err
+	}()
+
+	var deadline <-chan time.Time
+	if req.Timeout > 0 {
+		timer := time.NewTimer(req.Timeout + execGoGrace)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	var waitErr error
+	goTimedOut := false
+	select {
+	case err := <-copied:
+		if err != nil && !errors.Is(err, io.EOF) {
+			waitErr = err
+		}
+	case <-deadline:
+		goTimedOut = true
+	case <-ctx.Done():
+		waitErr = ctx.Err()
+	}
+	if goTimedOut || waitErr != nil {
+		closeConn()
+		<-copied //nolint:errcheck // the copy ends with the connection; its error says nothing new
+	}
+	res.Duration = time.Since(start)
+	res.Stdout, res.StdoutTruncated = stdout.bytes()
+	res.Stderr, res.StderrTruncated = stderr.bytes()
+	if goTimedOut {
+		res.TimedOut = true
+		return res, nil
+	}
+	if waitErr != nil {
+		return res, d.containerErr("read exec output in", id, waitErr)
+	}
+
+	return d.execExit(ctx, id, created.ID, req, start, res)
+}
+
+// execExit completes res with the exit of a direct engine exec whose
+// output streams have closed. The streams close when the process exits;
+// the exit code can lag a moment behind.
+func (d *Docker) execExit(ctx context.Context, id, execID string, req ExecRequest, start time.Time, res ExecResult) (ExecResult, error) {
+	var (
+		ins container.ExecInspect
+		err error
+	)
+	for i := 0; ; i++ {
+		ins, err = d.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return res, d.containerErr("inspect exec in", id, err)
+		}
+		if !ins.Running || i >= 200 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	res.Duration = time.Since(start)
+	if ins.Running {
+		// Output closed but the process lives on (it closed its stdio).
+		res.TimedOut = req.Timeout > 0 && res.Duration >= req.Timeout
+		return res, nil
+	}
+	code := ins.ExitCode
+	// timeout(1) exits 124 after its signal, or dies of the KILL it sends
+	// to its own process group (137).
+	if req.Timeout > 0 && res.Duration >= req.Timeout && (code == 124 || code == 137) {
+		res.TimedOut = true
+		return res, nil
+	}
+	res.ExitCode = &code
+	return res, nil
+}
+
+// Logs returns the main process's stdout and stderr interleaved in the
+// order the engine received them, keeping the last limit bytes (limit <= 0: all).
+func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
+	rc, err := d.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return nil, d.containerErr("read logs of", id, err)
+	}
+	defer rc.Close()
+	// One writer for both streams: frames land in the order they come.
+	tb := &tailBuffer{max: limit}
+	if _, err := stdcopy.StdCopy(tb, tb, rc); err != nil && !errors.Is(err, io.EOF) {
+		return tb.bytes(), d.containerErr("read logs of", id, err)
+	}
+	return tb.bytes(), nil
+}
+
+// capBuffer keeps the first max bytes written (max <= 0: all) and swallows
+// the rest, so the producer is always drained.
+type capBuffer struct {
+	mu        sync.Mutex
+	buf       []byte
+	max       int
+	truncated bool
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.max <= 0 {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	room := c.max - len(c.buf)
+	if room >= len(p) {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	if room > 0 {
+		c.buf = append(c.buf, p[:room]...)
+	}
+	c.truncated = true
+	return len(p), nil
+}
+
+func (c *capBuffer) bytes() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf...), c.truncated
+}
+
+// tailBuffer keeps the last max bytes written (max <= 0: all).
+type tailBuffer struct {
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if t.max > 0 && len(t.buf) > 2*t.max+64*1024 {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) bytes() []byte {
+	if t.max > 0 && len(t.buf) > t.max {
+		return append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return append([]byte(nil), t.buf...)
+}
