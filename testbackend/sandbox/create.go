@@ -312,7 +312,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 	m.mu.Lock()
 	delete(m.starting, id)
 	sb := m.boxes[id]
-	if sb == nil || sb.Status != StatusPending || m.ending[id] {
+	if sb == nil || sb.Status != StatusPending || m.expiring[id] {
 		// Deleted or expired while starting: the container must not outlive it.
 		m.mu.Unlock()
 		if cid != "" || startErr == nil {

@@ -41,8 +41,8 @@ func execTimeout(ms *int64) (time.Duration, *Error) {
 	return time.Duration(*ms) * time.Millisecond, nil
 }
 
-// running returns a snapshot of a sandbox that can take exec calls.
-func (m *Manager) running(ctx context.Context, account, id string) (store.Sandbox, error) {
+// runningSnapshot returns a copy of a sandbox that can take exec calls.
+func (m *Manager) runningSnapshot(ctx context.Context, account, id string) (store.Sandbox, error) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	if sb == nil || sb.Account != account {
@@ -77,7 +77,7 @@ func (m *Manager) RunCode(ctx context.Context, account, id, language, code strin
 		return ExecOutput{}, verr
 	}
 	defer m.activity(account, id)()
-	sb, err := m.running(ctx, account, id)
+	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
 		return ExecOutput{}, err
 	}
@@ -114,7 +114,7 @@ func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutM
 		return ExecOutput{}, verr
 	}
 	defer m.activity(account, id)()
-	sb, err := m.running(ctx, account, id)
+	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
 		return ExecOutput{}, err
 	}
@@ -175,7 +175,7 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 		return errorf(CodePayloadTooLarge, "content is longer than %d characters; split the file or compress and base64-encode it", MaxFileChars)
 	}
 	defer m.activity(account, id)()
-	sb, err := m.running(ctx, account, id)
+	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 		return "", err
 	}
 	defer m.activity(account, id)()
-	sb, err := m.running(ctx, account, id)
+	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
 		return "", err
 	}

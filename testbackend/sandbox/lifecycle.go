@@ -128,7 +128,7 @@ func (m *Manager) expire(id string) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	now := time.Now()
-	if sb == nil || m.ending[id] {
+	if sb == nil || m.expiring[id] {
 		m.mu.Unlock()
 		return
 	}
@@ -147,7 +147,7 @@ func (m *Manager) expire(id string) {
 			m.mu.Unlock()
 			return
 		}
-		m.ending[id] = true
+		m.expiring[id] = true
 		m.mu.Unlock()
 		m.endIdle(sb)
 		return
@@ -157,7 +157,7 @@ func (m *Manager) expire(id string) {
 	// the sandbox runs any more; ending tells the exit watcher that this
 	// exit is our own doing. A crash in between leaves a record whose
 	// deadline has passed, which the next start applies again.
-	m.ending[id] = true
+	m.expiring[id] = true
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
@@ -165,7 +165,7 @@ func (m *Manager) expire(id string) {
 		m.log.Warn("expired sandbox's container not removed; the next reconciliation removes it", "sandbox", id, "err", err)
 	}
 	m.mu.Lock()
-	delete(m.ending, id)
+	delete(m.expiring, id)
 	if m.boxes[id] == sb {
 		m.forgetLocked(sb) // a failed delete is logged by the writer
 	}
@@ -204,7 +204,7 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 func (m *Manager) exited(id, cid string, exit runtime.Exit) {
 	m.mu.Lock()
 	sb := m.boxes[id]
-	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
+	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.expiring[id] {
 		m.mu.Unlock() // deleted or expired: the exit is our own doing
 		return
 	}
@@ -234,7 +234,7 @@ func (m *Manager) exited(id, cid string, exit runtime.Exit) {
 
 	m.mu.Lock()
 	sb = m.boxes[id]
-	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
+	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.expiring[id] {
 		m.mu.Unlock()
 		return
 	}

@@ -150,7 +150,7 @@ func (m *Manager) patchLocked(account, id string, timeoutMs, idleMs int64, setId
 	if sb == nil || sb.Account != account {
 		return View{}, nil, notFound(id)
 	}
-	if sb.Status != StatusRunning || m.ending[id] {
+	if sb.Status != StatusRunning || m.expiring[id] {
 		return View{}, nil, errorf(CodeNotRunning, "sandbox %s is not running (status %s); only a running sandbox can change its timeouts", id, sb.Status)
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
@@ -218,7 +218,7 @@ func (m *Manager) activity(account, id string) func() {
 		}
 		if live := m.boxes[id]; live == sb {
 			m.touchLocked(sb)
-			if sb.Status == StatusRunning && !m.ending[id] {
+			if sb.Status == StatusRunning && !m.expiring[id] {
 				m.scheduleLocked(sb) // the idle clock may have run out meanwhile
 			}
 		}
@@ -233,7 +233,7 @@ func idleDue(sb *store.Sandbox, now time.Time) bool {
 
 // endIdle ends a sandbox whose idle clock ran out: its container goes,
 // and it stays readable as terminated (idle_timeout) for the retention
-// period. The caller has set ending[id].
+// period. The caller has set expiring[id].
 func (m *Manager) endIdle(sb *store.Sandbox) {
 	id := sb.ID
 	m.log.Info("sandbox idle timeout", "sandbox", id, "idleTimeoutMs", sb.IdleTimeoutMs)
@@ -245,7 +245,7 @@ func (m *Manager) endIdle(sb *store.Sandbox) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.ending, id)
+	delete(m.expiring, id)
 	if m.boxes[id] == sb && sb.Status == StatusRunning {
 		m.endLocked(sb, StatusTerminated, nil, ReasonIdleTimeout, msg, "")
 	}

@@ -86,7 +86,7 @@ type Manager struct {
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
-	ending   map[string]bool // expiring: their container is being removed
+	expiring map[string]bool // expiring or idling out: their container is being removed, the exit is ours
 	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
@@ -154,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		timers:    map[string]*time.Timer{},
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},
-		ending:    map[string]bool{},
+		expiring:  map[string]bool{},
 		busy:      map[string]int{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
