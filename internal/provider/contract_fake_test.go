@@ -240,6 +240,17 @@ func (f *contractFake) terminate(id, reason, message string) {
 	delete(s, "idleExpiresAt")
 }
 
+// touch moves a sandbox's idleExpiresAt, as activity does.
+func (f *contractFake) touch(id string, by time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.boxes[id]
+	if v, ok := s["idleExpiresAt"].(string); ok {
+		at, _ := time.Parse(time.RFC3339, v)
+		s["idleExpiresAt"] = at.Add(by).Format(time.RFC3339)
+	}
+}
+
 // get returns a copy of a sandbox, nil when there is none.
 func (f *contractFake) get(id string) map[string]any {
 	f.mu.Lock()

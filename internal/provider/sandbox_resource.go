@@ -253,8 +253,7 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 	if patch, changed := lifetimeChange(plan.sandboxModel, state.sandboxModel); len(changed) > 0 {
 		tflog.Info(ctx, "changing sandbox in place", map[string]any{"id": id, "changed": strings.Join(changed, ",")})
 		if _, err := c.UpdateSandbox(ctx, id, patch); err != nil {
-			// Nothing changed: keep the prior state as it was.
-			resp.State.Raw = req.State.Raw.Copy()
+			// Nothing changed: the state is not set, so it stays the prior one.
 			resp.Diagnostics.AddError("Error updating sandbox", updateLifetimeError(id, changed, err))
 			return
 		}
