@@ -79,7 +79,11 @@ type Config struct {
 	// QueueWait is how long a request over MaxInFlight waits for a slot
 	// before the 429; 0 for the default (2 s), negative for no wait.
 	QueueWait time.Duration
-	Logger    *slog.Logger
+	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
+	// to it); 0 for the product's 90 s. A test knob: lower it only to test
+	// idle timeouts quickly.
+	MinIdleTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Account holds per-account settings.
@@ -186,14 +190,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}
 	b.mgr, err = sandbox.New(sandbox.Config{
-		Mode:      cfg.Mode,
-		Runtime:   b.rt,
-		Store:     st,
-		Retention: cfg.Retention,
-		HomeBytes: cfg.HomeBytes,
-		TmpBytes:  cfg.TmpBytes,
-		PoolSize:  cfg.PoolSize,
-		Logger:    cfg.Logger,
+		Mode:           cfg.Mode,
+		Runtime:        b.rt,
+		Store:          st,
+		Retention:      cfg.Retention,
+		MinIdleTimeout: cfg.MinIdleTimeout,
+		HomeBytes:      cfg.HomeBytes,
+		TmpBytes:       cfg.TmpBytes,
+		PoolSize:       cfg.PoolSize,
+		Logger:         cfg.Logger,
 
 		VCPULimit:         cfg.VCPULimit,
 		AccountVCPULimits: limits,

@@ -163,6 +163,9 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
+	if e.Unprocessable {
+		status = http.StatusUnprocessableEntity
+	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	} else if status == http.StatusServiceUnavailable {
@@ -219,7 +222,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, ok := handlers[r.Method]
 	if !ok {
 		allow := make([]string, 0, len(handlers))
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if _, ok := handlers[m]; ok {
 				allow = append(allow, m)
 			}
@@ -278,7 +281,7 @@ func (s *Server) match(path string, c *call) (methods, bool) {
 	c.id = seg[1]
 	switch {
 	case len(seg) == 2:
-		return methods{http.MethodGet: s.get, http.MethodDelete: s.delete}, true
+		return methods{http.MethodGet: s.get, http.MethodPatch: s.update, http.MethodDelete: s.delete}, true
 	case len(seg) == 3 && seg[2] == "run_code":
 		return methods{http.MethodPost: s.runCode}, true
 	case len(seg) == 3 && seg[2] == "commands":

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -104,6 +105,27 @@ func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFo
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
 	defer cancel()
 	v, err := s.mgr.WaitStatus(ctx, c.account, c.id, want)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	s.writeData(w, http.StatusOK, v)
+}
+
+// update is PATCH /sandboxes/{id} (an extension of v1): timeoutMs and
+// idleTimeoutMs of a running sandbox. A body that is not one JSON object
+// of those fields is INVALID_REQUEST, whatever is wrong with it.
+func (s *Server) update(w http.ResponseWriter, r *http.Request, c *call) {
+	var req sandbox.UpdateRequest
+	if err := decode(w, r, &req); err != nil {
+		var e *sandbox.Error
+		if errors.As(err, &e) && e.Code != sandbox.CodePayloadTooLarge {
+			err = apiErr(sandbox.CodeInvalidRequest, "%s; send a JSON object with timeoutMs, idleTimeoutMs or both", e.Message)
+		}
+		s.writeErr(w, err)
+		return
+	}
+	v, err := s.mgr.Update(c.account, c.id, req)
 	if err != nil {
 		s.writeErr(w, err)
 		return

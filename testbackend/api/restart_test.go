@@ -88,7 +88,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 		t.Fatalf("record changed across restart: %+v", got)
 	}
 	gone := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+lost.ID, tokA, nil, nil))
-	if gone.Status != "terminated" || gone.TerminationReason == "" {
+	if gone.Status != "terminated" || gone.TerminationReason != "container_lost" || gone.TerminatedAt == "" {
 		t.Fatalf("sandbox whose container vanished: %+v", gone)
 	}
 	apitest.ExpectErr(t, c.Do("GET", "/sandboxes/"+expiring.ID, tokA, nil, nil), 404, "NOT_FOUND")

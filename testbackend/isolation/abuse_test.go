@@ -58,7 +58,7 @@ func afterAbuse(t *testing.T, c *apiClient, victim string) string {
 			if sb.TerminationReason == "" {
 				t.Fatalf("victim terminated without a reason: %+v", sb)
 			}
-			return "terminated: " + sb.TerminationReason
+			return "terminated: " + sb.TerminationReason + ": " + sb.TerminationMessage
 		case "running":
 			r := c.Do("POST", "/sandboxes/"+victim+"/commands", tokA, map[string]any{"cmd": "echo alive; ps -e --no-headers | wc -l", "timeoutMs": 10000}, nil)
 			if r.Status == http.StatusOK {

@@ -161,11 +161,11 @@ func TestHostileAgentOutputBounded(t *testing.T) {
 
 	for _, id := range attackerIDs {
 		sb := c.WaitStatus(tokA, id, apitest.WaitTimeout, "terminated")
-		if !strings.Contains(sb.TerminationReason, "channel between the backend and its agent") {
-			t.Errorf("%s ended with reason %q, want one naming the channel", id, sb.TerminationReason)
+		if sb.TerminationReason != "agent_failure" || !strings.Contains(sb.TerminationMessage, "channel between the backend and its agent") || sb.TerminatedAt == "" {
+			t.Errorf("%s ended with reason %q (%q), want agent_failure with a message naming the channel", id, sb.TerminationReason, sb.TerminationMessage)
 		}
 	}
-	t.Logf("an attacker's reason: %s", c.Get(tokA, attackerIDs[0]).TerminationReason)
+	t.Logf("an attacker's reason: %s", c.Get(tokA, attackerIDs[0]).TerminationMessage)
 	checkBystander(t, c, bystander, marker)
 	for _, id := range ids {
 		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)

@@ -426,10 +426,10 @@ func TestEngineRestart(t *testing.T) {
 	t.Logf("the backend removed the dead container %v after the engine came back", time.Since(restarted).Round(time.Millisecond))
 
 	got := c.Get(tokA, sb.ID)
-	if got.Status != "terminated" || got.TerminationReason == "" {
-		t.Fatalf("sandbox whose container went with the engine: %+v, want terminated with a reason", got)
+	if got.Status != "terminated" || got.TerminationReason != "engine_lost" || got.TerminatedAt == "" || got.TerminationMessage == "" {
+		t.Fatalf("sandbox whose container went with the engine: %+v, want terminated with reason engine_lost", got)
 	}
-	t.Logf("old sandbox: %s (%s)", got.Status, got.TerminationReason)
+	t.Logf("old sandbox: %s (%s: %s)", got.Status, got.TerminationReason, got.TerminationMessage)
 	apitest.ExpectErr(t, c.Do("POST", "/sandboxes/"+sb.ID+"/commands", tokA, map[string]any{"cmd": "echo x"}, nil), http.StatusConflict, "SANDBOX_NOT_RUNNING")
 	if r := c.Do("GET", "/health", "", nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("health after the engine came back: %v", r)

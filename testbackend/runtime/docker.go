@@ -343,7 +343,7 @@ func (d *Docker) Wait(ctx context.Context, id string) Exit {
 		if resp.Error != nil && resp.Error.Message != "" {
 			return Exit{Code: int(resp.StatusCode), Err: fmt.Errorf("runtime: waiting for %s: %s", id, resp.Error.Message)}
 		}
-		return Exit{Code: int(resp.StatusCode), Reason: d.killedFor(id)}
+		return d.exitOf(id, int(resp.StatusCode))
 	case err := <-errC:
 		return Exit{Code: -1, Err: d.containerErr("wait for", id, err)}
 	}

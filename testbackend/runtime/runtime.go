@@ -80,6 +80,11 @@ type Exit struct {
 	Err  error // set when waiting failed (engine gone, container removed)
 	// Reason is set when the runtime itself ended the container, and says why.
 	Reason string
+	// What the engine knows (exitcause.go): OOMKilled, the kernel killed
+	// the container at its memory limit; Removed, the container was
+	// already gone when asked.
+	OOMKilled bool
+	Removed   bool
 }
 
 // Container describes one owned container found on the engine.

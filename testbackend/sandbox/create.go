@@ -121,21 +121,23 @@ func retryable(code string) bool {
 // MarshalJSON lets a stored client error be replayed as it was.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{e.Code, e.Message})
+		Code          string `json:"code"`
+		Message       string `json:"message"`
+		Unprocessable bool   `json:"unprocessable,omitempty"`
+	}{e.Code, e.Message, e.Unprocessable})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
 func (e *Error) UnmarshalJSON(b []byte) error {
 	var w struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code          string `json:"code"`
+		Message       string `json:"message"`
+		Unprocessable bool   `json:"unprocessable"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	e.Code, e.Message = w.Code, w.Message
+	e.Code, e.Message, e.Unprocessable = w.Code, w.Message, w.Unprocessable
 	return nil
 }
 
@@ -196,6 +198,8 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 
 		EgressMode:      req.EgressMode,
 		EgressAllowlist: req.EgressAllowlist,
+
+		IdleTimeoutMs: req.idleMs,
 	}
 	if idem != nil {
 		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
@@ -204,6 +208,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		// Test mode: no container; the sandbox runs at once, and a run-mode
 		// program "exits" at once without executing anything.
 		sb.Status, sb.Env = StatusRunning, nil
+		m.startIdleClockLocked(sb, now)
 		if sb.RunMode {
 			code := 0
 			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
@@ -219,6 +224,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	if m.cfg.Mode == ModeReal {
 		if claimed = m.claimLocked(tpl, req, image); claimed != "" {
 			sb.Status, sb.ContainerID = StatusRunning, claimed
+			m.startIdleClockLocked(sb, time.Now())
 		}
 	}
 	if err := m.persistLocked(sb); err != nil {
@@ -313,13 +319,15 @@ func (m *Manager) started(id, cid string, startErr error) {
 		m.releaseEgress(id)
 		m.mu.Lock()
 		if m.boxes[id] == sb && sb.Status == StatusPending {
-			m.endLocked(sb, StatusTerminated, nil, "the sandbox could not start: "+startErr.Error(), "")
+			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), "")
 		}
 		m.mu.Unlock()
 		return
 	}
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
+	m.startIdleClockLocked(sb, time.Now())
+	m.scheduleLocked(sb)
 	// The container holds the environment now (every exec inherits it):
 	// the values, secrets among them, leave the record.
 	sb.Env = nil
@@ -330,13 +338,16 @@ func (m *Manager) started(id, cid string, startErr error) {
 }
 
 // endLocked moves a sandbox to a final status and keeps its record for the
-// retention period.
-func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, logs string) {
+// retention period. A terminated one says why: reason is one of the
+// Reason* values, message the detail.
+func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message, logs string) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb.Status = status
 	sb.ExitCode = exitCode
 	sb.EndedAt = &now
 	sb.TerminationReason = reason
+	sb.TerminationMessage = message
+	sb.IdleExpiresAt = nil
 	sb.Logs = logs
 	sb.ContainerID = ""
 	_ = m.persistLocked(sb)

@@ -40,6 +40,10 @@ type Error struct {
 	Message string
 	// RetryAfter, in seconds, is sent as a Retry-After header when set.
 	RetryAfter int
+	// Unprocessable marks a well-formed request whose value is out of
+	// range where the extensions of v1 answer 422 instead of the code's
+	// usual status (idleTimeoutMs, PATCH).
+	Unprocessable bool
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -76,6 +76,7 @@ func (m *Manager) RunCode(ctx context.Context, account, id, language, code strin
 	if verr != nil {
 		return ExecOutput{}, verr
 	}
+	defer m.activity(account, id)()
 	sb, err := m.running(ctx, account, id)
 	if err != nil {
 		return ExecOutput{}, err
@@ -112,6 +113,7 @@ func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutM
 	if verr != nil {
 		return ExecOutput{}, verr
 	}
+	defer m.activity(account, id)()
 	sb, err := m.running(ctx, account, id)
 	if err != nil {
 		return ExecOutput{}, err
@@ -172,6 +174,7 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 	if utf8.RuneCountInString(content) > MaxFileChars {
 		return errorf(CodePayloadTooLarge, "content is longer than %d characters; split the file or compress and base64-encode it", MaxFileChars)
 	}
+	defer m.activity(account, id)()
 	sb, err := m.running(ctx, account, id)
 	if err != nil {
 		return err
@@ -205,6 +208,7 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 	if err := ValidatePath(path); err != nil {
 		return "", err
 	}
+	defer m.activity(account, id)()
 	sb, err := m.running(ctx, account, id)
 	if err != nil {
 		return "", err
@@ -274,6 +278,7 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 		m.mu.Unlock()
 		return "", notFound(id)
 	}
+	m.touchLocked(sb) // reading logs is activity
 	snap := *sb
 	m.mu.Unlock()
 	switch {

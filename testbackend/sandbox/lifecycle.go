@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +39,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	var overdue []*store.Sandbox
 	for _, sb := range boxes {
+		legacyReason(sb)
+		if sb.Status == StatusRunning {
+			// Nobody could use the sandbox while the backend was down:
+			// its idle clock starts again now.
+			m.startIdleClockLocked(sb, now)
+		}
 		m.boxes[sb.ID] = sb
 		if sb.IdempotencyKey != "" {
 			// The key's own record may not have been written before a crash.
@@ -92,10 +97,14 @@ func (m *Manager) fillPools() {
 }
 
 // deadline is when a record goes away: at expiry while it runs, at the end
-// of retention once it ended.
+// of retention once it ended. A running sandbox with an idle timeout ends
+// earlier when its idle clock runs out first (lifetime.go).
 func (m *Manager) deadline(sb *store.Sandbox) time.Time {
 	if (sb.Status == StatusExited || sb.Status == StatusTerminated) && sb.EndedAt != nil {
 		return sb.EndedAt.Add(m.cfg.Retention)
+	}
+	if sb.Status == StatusRunning && sb.IdleExpiresAt != nil && sb.IdleExpiresAt.Before(sb.ExpiresAt) {
+		return *sb.IdleExpiresAt
 	}
 	return sb.ExpiresAt
 }
@@ -114,8 +123,26 @@ func (m *Manager) scheduleLocked(sb *store.Sandbox) {
 func (m *Manager) expire(id string) {
 	m.mu.Lock()
 	sb := m.boxes[id]
-	if sb == nil || m.ending[id] || m.deadline(sb).After(time.Now()) {
+	now := time.Now()
+	if sb == nil || m.ending[id] {
 		m.mu.Unlock()
+		return
+	}
+	if m.deadline(sb).After(now) {
+		// Moved since the timer was set (activity, PATCH).
+		m.scheduleLocked(sb)
+		m.mu.Unlock()
+		return
+	}
+	if idleDue(sb, now) {
+		if m.busy[id] > 0 {
+			// An operation is under way; its end starts the clock again.
+			m.mu.Unlock()
+			return
+		}
+		m.ending[id] = true
+		m.mu.Unlock()
+		m.endIdle(sb)
 		return
 	}
 	m.log.Info("sandbox expired", "sandbox", id, "status", sb.Status)
@@ -163,14 +190,14 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 			m.containerGone(id, exit.Err)
 			return
 		}
-		m.exited(id, cid, exit.Code, exit.Reason)
+		m.exited(id, cid, exit)
 	}()
 }
 
 // exited records how a container's main process ended. In run mode that
 // is the result; otherwise the keepalive died (out of memory, killed) and
 // the sandbox is terminated.
-func (m *Manager) exited(id, cid string, code int, why string) {
+func (m *Manager) exited(id, cid string, exit runtime.Exit) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.ending[id] {
@@ -208,17 +235,11 @@ func (m *Manager) exited(id, cid string, code int, why string) {
 		return
 	}
 	if runMode {
-		c := code
-		m.endLocked(sb, StatusExited, &c, "", string(logs))
+		c := exit.Code
+		m.endLocked(sb, StatusExited, &c, "", "", string(logs))
 	} else {
-		reason := fmt.Sprintf("the sandbox's main process ended with code %d", code)
-		switch {
-		case why != "":
-			reason = why
-		case code == 137:
-			reason += " (killed, for example for using more memory than its template allows)"
-		}
-		m.endLocked(sb, StatusTerminated, nil, reason, "")
+		reason, msg := m.terminationCause(sb, exit)
+		m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
 	}
 	m.mu.Unlock()
 }
@@ -345,6 +366,9 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	var collect []action
 	var restart []*store.Sandbox
 	var lost []string
+	m.engine.mu.Lock()
+	engineLost := m.engine.down
+	m.engine.mu.Unlock()
 
 	m.mu.Lock()
 	claimed := map[string]bool{}
@@ -389,7 +413,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		case StatusRunning:
 			switch {
 			case !ok:
-				m.endLocked(sb, StatusTerminated, nil, "the sandbox's container was lost (the container engine restarted or removed it)", "")
+				reason, msg := ReasonContainerLost, "the sandbox's container was killed or removed from outside the backend"
+				if engineLost {
+					reason, msg = ReasonEngineLost, "the sandbox's container went while the container engine at "+m.rt.Address()+" was unavailable (it restarted or crashed)"
+				}
+				m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
 				lost = append(lost, sb.ID)
 			case !c.Running:
 				collect = append(collect, action{sb: sb, c: c, collect: true})
@@ -416,7 +444,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, a := range collect {
-		m.exited(a.sb.ID, a.c.ID, a.c.ExitCode, "")
+		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode})
 	}
 	// Removal above must finish before a new container takes the name.
 	m.mu.Lock()

@@ -60,7 +60,10 @@ type Config struct {
 	AccountVCPULimits map[string]float64
 	// Egress enforces egress policies; nil: egress control is off.
 	Egress EgressEnforcer
-	Logger *slog.Logger
+	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
+	// to it); default DefaultMinIdleTimeout. Tests lower it.
+	MinIdleTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Manager owns every sandbox of one backend instance.
@@ -82,6 +85,7 @@ type Manager struct {
 	watching map[string]bool
 	starting map[string]bool
 	ending   map[string]bool // expiring: their container is being removed
+	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
 	// changed holds, per sandbox, a channel closed at its next status change.
@@ -122,6 +126,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.VCPULimit <= 0 {
 		cfg.VCPULimit = DefaultVCPULimit
 	}
+	if cfg.MinIdleTimeout <= 0 {
+		cfg.MinIdleTimeout = DefaultMinIdleTimeout
+	}
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -142,6 +149,7 @@ func New(cfg Config) (*Manager, error) {
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},
 		ending:    map[string]bool{},
+		busy:      map[string]int{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
 		changed:   map[string]chan struct{}{},
@@ -208,6 +216,11 @@ type View struct {
 	TerminationReason string            `json:"terminationReason,omitempty"`
 	EgressMode        string            `json:"egressMode"`
 	EgressAllowlist   []string          `json:"egressAllowlist,omitempty"`
+	// Extensions of v1 (lifetime.go).
+	IdleTimeoutMs      int64  `json:"idleTimeoutMs,omitempty"`
+	IdleExpiresAt      string `json:"idleExpiresAt,omitempty"`
+	TerminatedAt       string `json:"terminatedAt,omitempty"`
+	TerminationMessage string `json:"terminationMessage,omitempty"`
 }
 
 // TimeFormat is how the API writes instants: UTC, millisecond precision.
@@ -230,6 +243,15 @@ func view(sb *store.Sandbox) View {
 		TerminationReason: sb.TerminationReason,
 		EgressMode:        egressMode(sb),
 		EgressAllowlist:   sb.EgressAllowlist,
+
+		IdleTimeoutMs:      sb.IdleTimeoutMs,
+		TerminationMessage: sb.TerminationMessage,
+	}
+	if sb.IdleExpiresAt != nil && sb.Status == StatusRunning {
+		v.IdleExpiresAt = sb.IdleExpiresAt.UTC().Format(TimeFormat)
+	}
+	if sb.Status == StatusTerminated && sb.EndedAt != nil {
+		v.TerminatedAt = sb.EndedAt.UTC().Format(TimeFormat)
 	}
 	for k, val := range sb.Labels {
 		v.Labels[k] = val

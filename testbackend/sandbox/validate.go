@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"regexp"
 	"sort"
 	"strings"
@@ -22,6 +23,11 @@ type CreateRequest struct {
 	// Extensions of v1 (egress.go).
 	EgressMode      string   `json:"egressMode,omitempty"`
 	EgressAllowlist []string `json:"egressAllowlist,omitempty"`
+	// IdleTimeoutMs is an extension of v1 (lifetime.go); raw, so that a
+	// value of the wrong type is a bad value (422 INVALID_TIMEOUT).
+	IdleTimeoutMs json.RawMessage `json:"idleTimeoutMs,omitempty"`
+
+	idleMs int64 // IdleTimeoutMs as applied, filled in by validate
 }
 
 // Limits of the create request. They are part of the API contract
@@ -81,6 +87,11 @@ func (m *Manager) validate(req *CreateRequest) (Template, *Error) {
 	if t := *req.TimeoutMs; t < MinTimeoutMs || t > MaxTimeoutMs {
 		return Template{}, errorf(CodeInvalidTimeout, "timeoutMs must be between %d (1 s) and %d (24 h), got %d", MinTimeoutMs, MaxTimeoutMs, t)
 	}
+	idle, ierr := m.idleTimeout(req.IdleTimeoutMs)
+	if ierr != nil {
+		return Template{}, ierr
+	}
+	req.idleMs = idle
 	if req.Image != "" {
 		if err := validateImage(req.Image); err != nil {
 			return Template{}, err

@@ -36,8 +36,16 @@ type Sandbox struct {
 	ExitCode          *int              `json:"exitCode,omitempty"`
 	EndedAt           *time.Time        `json:"endedAt,omitempty"`
 	TerminationReason string            `json:"terminationReason,omitempty"`
-	ContainerID       string            `json:"containerId,omitempty"`
-	Logs              string            `json:"logs,omitempty"`
+	// TerminationMessage is the human-readable detail of TerminationReason
+	// (records written before it existed carry the detail in the reason).
+	TerminationMessage string `json:"terminationMessage,omitempty"`
+	// IdleTimeoutMs (0: none) ends the sandbox after that long without
+	// activity; IdleExpiresAt is when, as of the last write (activity moves
+	// it in memory only; a restart starts the idle clock again).
+	IdleTimeoutMs int64      `json:"idleTimeoutMs,omitempty"`
+	IdleExpiresAt *time.Time `json:"idleExpiresAt,omitempty"`
+	ContainerID   string     `json:"containerId,omitempty"`
+	Logs          string     `json:"logs,omitempty"`
 	// Files holds written files in test mode, where there is no container.
 	Files map[string]string `json:"files,omitempty"`
 	// IdempotencyKey and RequestHash travel with the record they made, so

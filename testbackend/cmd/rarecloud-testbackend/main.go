@@ -18,6 +18,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 func main() {
@@ -46,6 +47,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.QueueWait, "queue-wait", 2*time.Second, "how long a request over --max-in-flight waits for a slot before the 429 (0s: refuse at once)")
 	fs.Float64Var(&cfg.VCPULimit, "vcpu-limit", 64, `vCPUs the live sandboxes of one account may use together; the tokens file's "accounts":[{"account","vcpuLimit"}] overrides it per account`)
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
+	fs.DurationVar(&cfg.MinIdleTimeout, "min-idle-timeout", sandbox.DefaultMinIdleTimeout, "least idleTimeoutMs (smaller values are raised to it); a test knob: the product's minimum is 90s")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&reap, "reap", false, "remove the containers of backends that are gone for good (lease free, data directory deleted), then exit")
 	fs.Usage = func() {

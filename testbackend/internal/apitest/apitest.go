@@ -136,6 +136,11 @@ type Sandbox struct {
 	EnvKeys           []string          `json:"envKeys"`
 	ExitCode          *int              `json:"exitCode"`
 	TerminationReason string            `json:"terminationReason"`
+	// Extensions of v1.
+	IdleTimeoutMs      int64  `json:"idleTimeoutMs"`
+	IdleExpiresAt      string `json:"idleExpiresAt"`
+	TerminatedAt       string `json:"terminatedAt"`
+	TerminationMessage string `json:"terminationMessage"`
 }
 
 // ExecResult is the answer to a command or run_code.
