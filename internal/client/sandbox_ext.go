@@ -48,6 +48,7 @@ const (
 	TerminationEngineLost    = "engine_lost"
 	TerminationAgentFailure  = "agent_failure"
 	TerminationProcessEnded  = "process_ended"
+	TerminationStartFailed   = "start_failed"
 )
 
 // UpdateSandboxRequest is the body of PATCH /sandboxes/{id}. A nil field

@@ -142,7 +142,7 @@ func sandboxDataAttributes() map[string]schema.Attribute {
 		},
 		"termination_reason": schema.StringAttribute{
 			MarkdownDescription: "Why a `terminated` sandbox ended: `idle_timeout`, `out_of_memory`, `container_lost`, " +
-				"`engine_lost`, `agent_failure` or `process_ended` (an API may add others); null otherwise.",
+				"`engine_lost`, `agent_failure`, `process_ended` or `start_failed` (an API may add others); null otherwise.",
 			Computed: true,
 		},
 		"terminated_at": schema.StringAttribute{

@@ -206,7 +206,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"termination_reason": schema.StringAttribute{
 				MarkdownDescription: "Why the API ended the sandbox (`idle_timeout`, `out_of_memory`, `container_lost`, " +
-					"`engine_lost`, `agent_failure`, `process_ended`). Null while it runs: a refresh that finds it terminated " +
+					"`engine_lost`, `agent_failure`, `process_ended`, `start_failed`). Null while it runs: a refresh that finds it terminated " +
 					"removes it from the state, with a warning naming this reason.",
 				Computed:      true,
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
