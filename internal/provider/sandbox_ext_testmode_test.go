@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/compare"
+	"github.com/hashicorp/terraform-plugin-testing/config"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -158,5 +159,37 @@ func TestSandboxVCPULimitTestMode(t *testing.T) {
 					"VCPU_LIMIT_EXCEEDED", "delete sandboxes you no longer need", "vcpuLimit"),
 			},
 		},
+	})
+}
+
+// TestExample_egressAndIdleTestMode applies the documentation's egress and
+// idle-timeout example as it is printed, on the test backend.
+func TestExample_egressAndIdleTestMode(t *testing.T) {
+	b := startTestModeBackend(t)
+	t.Setenv(EnvAPI, b.URL())
+	t.Setenv(EnvToken, tokenA)
+	resource.UnitTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			ConfigFile: config.StaticFile(examplesDir + "resources/rarecloud_sandbox/egress-and-idle.tf"),
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("rarecloud_sandbox.agent", tfjsonpath.New("egress_allowlist"), knownvalue.SetSizeExact(2)),
+				statecheck.ExpectKnownOutputValue("agent_idle_expires_at", knownvalue.StringRegexp(rfc3339RE)),
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				backendSandbox(b, tokenA, "rarecloud_sandbox.agent", func(s *client.Sandbox) error {
+					if s.EgressMode != client.EgressAllowList || s.IdleTimeoutMs != 600000 || s.TimeoutMs != 3600000 {
+						return fmt.Errorf("agent sandbox: %+v", s)
+					}
+					return nil
+				}),
+				backendSandbox(b, tokenA, "rarecloud_sandbox.offline", func(s *client.Sandbox) error {
+					if s.EgressMode != client.EgressDenyAll {
+						return fmt.Errorf("offline sandbox: egressMode %q", s.EgressMode)
+					}
+					return nil
+				}),
+			),
+		}},
 	})
 }
