@@ -211,7 +211,8 @@ func (f *contractFake) patch(w http.ResponseWriter, r *http.Request, s map[strin
 		return
 	}
 	if v, ok := body["timeoutMs"].(float64); ok {
-		created, _ := time.Parse(time.RFC3339, s["createdAt"].(string))
+		createdAt, _ := s["createdAt"].(string)
+		created, _ := time.Parse(time.RFC3339, createdAt)
 		expires := created.Add(time.Duration(v) * time.Millisecond)
 		if !expires.After(time.Now()) {
 			fakeErr(w, 422, "INVALID_TIMEOUT", "sandbox %s is %s old; timeoutMs %d would end it in the past", s["id"], time.Since(created).Round(time.Second), int64(v))

@@ -53,14 +53,14 @@ func testModeProvider(b *testbackend.Backend, token string) string {
 	return fmt.Sprintf("provider \"rarecloud\" {\n  api   = %q\n  token = %q\n}\n", b.URL(), token)
 }
 
-// backendSandbox fetches the resource's sandbox from a backend.
-func backendSandbox(b *testbackend.Backend, token, addr string, check func(*client.Sandbox) error) resource.TestCheckFunc {
+// backendSandbox fetches the resource's sandbox from a backend, as account A.
+func backendSandbox(b *testbackend.Backend, addr string, check func(*client.Sandbox) error) resource.TestCheckFunc {
 	return func(s *terraform.State) error {
 		var id string
 		if err := sandboxID(addr, &id)(s); err != nil {
 			return err
 		}
-		c, err := client.New(client.Config{BaseURL: b.URL(), Token: token})
+		c, err := client.New(client.Config{BaseURL: b.URL(), Token: tokenA})
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_timeout_ms"), knownvalue.Int64Exact(120000)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_expires_at"), knownvalue.StringRegexp(rfc3339RE)),
 				},
-				Check: backendSandbox(b, tokenA, addr, func(s *client.Sandbox) error {
+				Check: backendSandbox(b, addr, func(s *client.Sandbox) error {
 					if s.EgressMode != client.EgressDenyAll || s.IdleTimeoutMs != 120000 || s.IdleExpiresAt == "" {
 						return fmt.Errorf("backend sandbox: egressMode %q, idleTimeoutMs %d, idleExpiresAt %q", s.EgressMode, s.IdleTimeoutMs, s.IdleExpiresAt)
 					}
@@ -113,7 +113,7 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 					sameID.AddStateValue(addr, tfjsonpath.New("id")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_expires_at"), knownvalue.Null()),
 				},
-				Check: backendSandbox(b, tokenA, addr, func(s *client.Sandbox) error {
+				Check: backendSandbox(b, addr, func(s *client.Sandbox) error {
 					expires, err := time.Parse(time.RFC3339Nano, s.ExpiresAt)
 					if err != nil {
 						return err
@@ -131,7 +131,7 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionReplace)},
 				},
-				Check: backendSandbox(b, tokenA, addr, func(s *client.Sandbox) error {
+				Check: backendSandbox(b, addr, func(s *client.Sandbox) error {
 					if s.EgressMode != client.EgressAllowList || len(s.EgressAllowlist) != 2 {
 						return fmt.Errorf("backend sandbox: egressMode %q, egressAllowlist %v", s.EgressMode, s.EgressAllowlist)
 					}
@@ -177,13 +177,13 @@ func TestExample_egressAndIdleTestMode(t *testing.T) {
 				statecheck.ExpectKnownOutputValue("agent_idle_expires_at", knownvalue.StringRegexp(rfc3339RE)),
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(
-				backendSandbox(b, tokenA, "rarecloud_sandbox.agent", func(s *client.Sandbox) error {
+				backendSandbox(b, "rarecloud_sandbox.agent", func(s *client.Sandbox) error {
 					if s.EgressMode != client.EgressAllowList || s.IdleTimeoutMs != 600000 || s.TimeoutMs != 3600000 {
 						return fmt.Errorf("agent sandbox: %+v", s)
 					}
 					return nil
 				}),
-				backendSandbox(b, tokenA, "rarecloud_sandbox.offline", func(s *client.Sandbox) error {
+				backendSandbox(b, "rarecloud_sandbox.offline", func(s *client.Sandbox) error {
 					if s.EgressMode != client.EgressDenyAll {
 						return fmt.Errorf("offline sandbox: egressMode %q", s.EgressMode)
 					}
