@@ -1,9 +1,13 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -192,6 +196,49 @@ func TestSandboxEgressNotAppliedIsRefused(t *testing.T) {
 			ExpectError: expectErr("Error creating sandbox", `egress_mode is "DENY_ALL", but the API reports no egressMode`, "It has been deleted"),
 		}},
 	})
+	if n := f.count(); n != 0 {
+		t.Errorf("%d sandboxes left behind", n)
+	}
+}
+
+// TestSandboxEphemeralEgressAndIdle: the ephemeral sandbox sends egress and
+// the idle timeout when set (and not otherwise), reports idle_expires_at,
+// and refuses (deleting it) a sandbox whose API ignored the egress mode.
+func TestSandboxEphemeralEgressAndIdle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := newContractFake(t)
+	srv := protocolServer(t, ctx, f.srv.URL, "rc_pat_fake")
+	id, private := srv.open(t, ctx, map[string]tftypes.Value{
+		"egress_mode":      tftypes.NewValue(tftypes.String, "ALLOW_LIST"),
+		"egress_allowlist": tftypes.NewValue(tftypes.Set{ElementType: tftypes.String}, []tftypes.Value{tftypes.NewValue(tftypes.String, "pypi.org")}),
+		"idle_timeout_ms":  tftypes.NewValue(tftypes.Number, 120000),
+	})
+	if s := f.get(id); s == nil || s["idleExpiresAt"] == nil {
+		t.Fatalf("opened sandbox = %v", s)
+	}
+	for _, d := range srv.close(t, ctx, private) {
+		t.Errorf("close: %s: %s", d.Summary, d.Detail)
+	}
+	_, private = srv.open(t, ctx, nil)
+	srv.close(t, ctx, private)
+	bodies := f.createBodies()
+	if len(bodies) != 2 {
+		t.Fatalf("%d creates, want 2", len(bodies))
+	}
+	if b := bodies[0]; b["egressMode"] != "ALLOW_LIST" || fmt.Sprint(b["egressAllowlist"]) != "[pypi.org]" || b["idleTimeoutMs"] != float64(120000) {
+		t.Errorf("open with egress and idle timeout sent %v", b)
+	}
+	if got := keysOf(bodies[1]); got != "template,timeoutMs" {
+		t.Errorf("open without them sent fields %s, want template,timeoutMs", got)
+	}
+
+	f.ignoreEgress = true
+	diags := srv.openDiags(t, ctx, map[string]tftypes.Value{"egress_mode": tftypes.NewValue(tftypes.String, "DENY_ALL")})
+	if len(diags) == 0 || !strings.Contains(diags[0].Detail, `egress_mode is "DENY_ALL", but the API reports no egressMode`) ||
+		!strings.Contains(diags[0].Detail, "It has been deleted") {
+		t.Errorf("open against an API that ignores egress: %v", diags)
+	}
 	if n := f.count(); n != 0 {
 		t.Errorf("%d sandboxes left behind", n)
 	}
