@@ -25,8 +25,6 @@ import (
 // checks every answer against openapi.yaml. The acceptance tests run the
 // same features on gVisor.
 
-const tokenSmall = "rc_pat_small_readwrite"
-
 // startTestModeBackend starts an in-process backend in test mode with
 // account A (the default vCPU limit) and a small account (1 vCPU).
 func startTestModeBackend(t *testing.T) *testbackend.Backend {

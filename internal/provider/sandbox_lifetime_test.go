@@ -8,11 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
-	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
-	"github.com/hashicorp/terraform-plugin-framework/types"
-	"github.com/hashicorp/terraform-plugin-go/tftypes"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	tfresource "github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -296,24 +292,7 @@ func TestSandboxReadTerminatedWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &sandboxResource{data: &providerData{client: c}}
-
-	read := func() *resource.ReadResponse {
-		var sr resource.SchemaResponse
-		r.Schema(ctx, resource.SchemaRequest{}, &sr)
-		state := tfsdk.State{Schema: sr.Schema, Raw: tftypes.NewValue(sr.Schema.Type().TerraformType(ctx), nil)}
-		for name, v := range map[string]any{
-			"id": types.StringValue(created.ID), "template": types.StringValue("base"), "timeout_ms": types.Int64Value(300000),
-			"run": types.BoolValue(false), "wait_for_exit": types.BoolValue(false), "fail_on_nonzero_exit": types.BoolValue(false),
-		} {
-			if d := state.SetAttribute(ctx, path.Root(name), v); d.HasError() {
-				t.Fatalf("state %s: %v", name, d)
-			}
-		}
-		resp := &resource.ReadResponse{State: state}
-		r.Read(ctx, resource.ReadRequest{State: state}, resp)
-		return resp
-	}
+	read := func() *resource.ReadResponse { return readSandbox(t, c, created.ID) }
 
 	f.mu.Lock()
 	f.boxes[created.ID]["status"] = "exited"
