@@ -241,6 +241,13 @@ func (f *contractFake) terminate(id, reason, message string) {
 	delete(s, "idleExpiresAt")
 }
 
+// set changes a field of a sandbox, as a change made elsewhere would.
+func (f *contractFake) set(id, key string, v any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boxes[id][key] = v
+}
+
 // touch moves a sandbox's idleExpiresAt, as activity does.
 func (f *contractFake) touch(id string, by time.Duration) {
 	f.mu.Lock()

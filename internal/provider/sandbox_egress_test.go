@@ -169,6 +169,13 @@ func TestSandboxEgressReplaces(t *testing.T) {
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 			},
+			{
+				Config:                  cfg("egress_mode = \"ALLOW_LIST\"\negress_allowlist = [\"*.pythonhosted.org\", \"pypi.org\"]"),
+				ResourceName:            addr,
+				ImportState:             true,
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"wait_for_exit", "timeouts"},
+			},
 		},
 	})
 	bodies := f.createBodies()

@@ -69,6 +69,7 @@ func TestSandboxV1ConfigSendsV1Body(t *testing.T) {
 func TestSandboxTimeoutInPlace(t *testing.T) {
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
+	var id string
 	sameID := statecheck.CompareValue(compare.ValuesSame())
 	tfresource.UnitTest(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -97,12 +98,23 @@ func TestSandboxTimeoutInPlace(t *testing.T) {
 				ConfigPlanChecks: tfresource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
+				Check: sandboxID(addr, &id),
+			},
+			{
+				// Changed elsewhere: the refresh sees it and the apply sets
+				// the configured value again, in place.
+				PreConfig: func() { f.set(id, "timeoutMs", 1200000) },
+				Config:    fakeSandboxConfig(f, "timeout_ms = 900000"),
+				ConfigPlanChecks: tfresource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{sameID.AddStateValue(addr, tfjsonpath.New("id"))},
 			},
 		},
 	})
 	p := f.patchBodies()
-	if len(p) != 1 || keysOf(p[0]) != "timeoutMs" || p[0]["timeoutMs"] != float64(900000) {
-		t.Errorf("PATCH bodies = %v, want one with only timeoutMs 900000", p)
+	if len(p) != 2 || keysOf(p[0]) != "timeoutMs" || p[0]["timeoutMs"] != float64(900000) || fmt.Sprint(p[1]) != "map[timeoutMs:900000]" {
+		t.Errorf("PATCH bodies = %v, want two with only timeoutMs 900000", p)
 	}
 }
 
@@ -197,6 +209,13 @@ func TestSandboxIdleTimeout(t *testing.T) {
 				Check: sandboxID(addr, &id),
 			},
 			{
+				Config:                  fakeSandboxConfig(f, "idle_timeout_ms = 120000"),
+				ResourceName:            addr,
+				ImportState:             true,
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"wait_for_exit", "timeouts"},
+			},
+			{
 				// Activity moves idleExpiresAt: a refresh reads it, no diff.
 				PreConfig: func() { f.touch(id, time.Hour) },
 				Config:    fakeSandboxConfig(f, "idle_timeout_ms = 120000"),
@@ -233,13 +252,21 @@ func TestSandboxIdleTimeout(t *testing.T) {
 				Config:   fakeSandboxConfig(f, "idle_timeout_ms = 0"),
 				PlanOnly: true,
 			},
+			{
+				// Turned on elsewhere: the refresh sees it, the plan turns it off.
+				PreConfig: func() { f.set(id, "idleTimeoutMs", 600000) },
+				Config:    fakeSandboxConfig(f, "idle_timeout_ms = 0"),
+				ConfigPlanChecks: tfresource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+			},
 		},
 	})
 	if b := f.createBodies(); len(b) != 1 || b[0]["idleTimeoutMs"] != float64(120000) {
 		t.Errorf("create bodies = %v, want one with idleTimeoutMs 120000", b)
 	}
 	p := f.patchBodies()
-	want := []string{`map[idleTimeoutMs:300000]`, `map[idleTimeoutMs:0]`}
+	want := []string{`map[idleTimeoutMs:300000]`, `map[idleTimeoutMs:0]`, `map[idleTimeoutMs:0]`}
 	if len(p) != len(want) {
 		t.Fatalf("PATCH bodies = %v, want %v", p, want)
 	}
@@ -335,6 +362,53 @@ func TestSandboxVCPULimitDiagnostic(t *testing.T) {
 			Config: fakeSandboxConfig(f, ""),
 			ExpectError: expectErr("Error creating sandbox", "the account is at its vCPU limit: its live sandboxes use 4 of its 4 vCPUs",
 				"VCPU_LIMIT_EXCEEDED", "delete sandboxes you no longer need", "rarecloud_sandboxes", "vcpuLimit"),
+		}},
+	})
+}
+
+// TestSandboxDataSourceExtensions: the data sources export the extension
+// fields: egress, idle timeout and why a terminated sandbox ended.
+func TestSandboxDataSourceExtensions(t *testing.T) {
+	f := newContractFake(t)
+	c, err := client.New(client.Config{BaseURL: f.srv.URL, Token: "rc_pat_fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	live, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{EgressMode: client.EgressAllowList, EgressAllowlist: []string{"pypi.org"}, IdleTimeoutMs: 120000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.terminate(ended.ID, client.TerminationOutOfMemory, "killed at the 512 MB limit")
+	const one, list = "data.rarecloud_sandbox.ended", "data.rarecloud_sandboxes.all"
+	tfresource.UnitTest(t, tfresource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []tfresource.TestStep{{
+			Config: f.providerBlock() + fmt.Sprintf(`
+data "rarecloud_sandbox" "ended" {
+  id = %q
+}
+data "rarecloud_sandboxes" "all" {}
+`, ended.ID),
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("status"), knownvalue.StringExact("terminated")),
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("termination_reason"), knownvalue.StringExact("out_of_memory")),
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("termination_message"), knownvalue.StringExact("killed at the 512 MB limit")),
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("terminated_at"), knownvalue.StringRegexp(rfc3339RE)),
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("idle_timeout_ms"), knownvalue.Null()),
+				statecheck.ExpectKnownValue(one, tfjsonpath.New("egress_mode"), knownvalue.StringExact("ALLOW_ALL")),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("id"), knownvalue.StringExact(live.ID)),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("egress_mode"), knownvalue.StringExact("ALLOW_LIST")),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("egress_allowlist"),
+					knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("pypi.org")})),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("idle_timeout_ms"), knownvalue.Int64Exact(120000)),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("idle_expires_at"), knownvalue.StringRegexp(rfc3339RE)),
+				statecheck.ExpectKnownValue(list, tfjsonpath.New("sandboxes").AtSliceIndex(0).AtMapKey("terminated_at"), knownvalue.Null()),
+			},
 		}},
 	})
 }
