@@ -34,7 +34,7 @@ import (
 func TestAccSandbox_egress(t *testing.T) {
 	const addr = "rarecloud_sandbox.test"
 	cfg := func(body string) string {
-		return "resource \"rarecloud_sandbox\" \"test\" {\n  labels = { purpose = \"acc-egress\" }\n" + body + "\n}\n"
+		return "resource \"rarecloud_sandbox\" \"test\" {\n  timeout_ms = 1800000\n  labels = { purpose = \"acc-egress\" }\n" + body + "\n}\n"
 	}
 	differ := statecheck.CompareValue(compare.ValuesDiffer())
 	resource.ParallelTest(t, resource.TestCase{
@@ -79,7 +79,7 @@ func TestAccSandbox_egress(t *testing.T) {
 // TestAccSandbox_vcpuLimit: acct-small (1 vCPU) runs one base sandbox; a
 // second fails with the limit, the use and what to do.
 func TestAccSandbox_vcpuLimit(t *testing.T) {
-	first := providerBlock(tokenSmall) + "resource \"rarecloud_sandbox\" \"first\" {}\n"
+	first := providerBlock(tokenSmall) + "resource \"rarecloud_sandbox\" \"first\" {\n  timeout_ms = 1800000\n}\n"
 	resource.ParallelTest(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -125,25 +125,25 @@ func TestAccSandbox_lifetimeInPlace(t *testing.T) {
 		CheckDestroy:             testAccCheckSandboxDestroyed,
 		Steps: []resource.TestStep{
 			{
-				Config: cfg("timeout_ms = 600000\nidle_timeout_ms = 120000"),
+				Config: cfg("timeout_ms = 600000\nidle_timeout_ms = 600000"),
 				ConfigStateChecks: []statecheck.StateCheck{
 					same.AddStateValue(addr, tfjsonpath.New("id")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_timeout_ms"), knownvalue.Int64Exact(120000)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_timeout_ms"), knownvalue.Int64Exact(600000)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_expires_at"), knownvalue.StringRegexp(rfc3339RE)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("termination_reason"), knownvalue.Null()),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("terminated_at"), knownvalue.Null()),
 				},
-				Check: lifetime(10*time.Minute, 120000),
+				Check: lifetime(10*time.Minute, 600000),
 			},
 			{
 				// A command is activity: it moves idleExpiresAt, and the
 				// refresh that reads the new value plans nothing.
 				PreConfig: func() { touchSandbox(t, addr) },
-				Config:    cfg("timeout_ms = 600000\nidle_timeout_ms = 120000"),
+				Config:    cfg("timeout_ms = 600000\nidle_timeout_ms = 600000"),
 				PlanOnly:  true,
 			},
 			{
-				Config: cfg("timeout_ms = 900000\nidle_timeout_ms = 300000"),
+				Config: cfg("timeout_ms = 900000\nidle_timeout_ms = 900000"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
@@ -154,7 +154,7 @@ func TestAccSandbox_lifetimeInPlace(t *testing.T) {
 					same.AddStateValue(addr, tfjsonpath.New("id")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("timeout_ms"), knownvalue.Int64Exact(900000)),
 				},
-				Check: resource.ComposeAggregateTestCheckFunc(lifetime(15*time.Minute, 300000), checkExpiresAfterCreate(addr, 15*time.Minute)),
+				Check: resource.ComposeAggregateTestCheckFunc(lifetime(15*time.Minute, 900000), checkExpiresAfterCreate(addr, 15*time.Minute)),
 			},
 			{
 				Config: cfg("timeout_ms = 900000"),
@@ -201,7 +201,7 @@ func touchSandbox(t *testing.T, addr string) {
 // apply creates a new one.
 func TestAccSandbox_terminated(t *testing.T) {
 	const addr = "rarecloud_sandbox.test"
-	config := "resource \"rarecloud_sandbox\" \"test\" {\n  labels = { purpose = \"acc-terminated\" }\n}\n"
+	config := "resource \"rarecloud_sandbox\" \"test\" {\n  timeout_ms = 1800000\n  labels = { purpose = \"acc-terminated\" }\n}\n"
 	differ := statecheck.CompareValue(compare.ValuesDiffer())
 	var id string
 	resource.ParallelTest(t, resource.TestCase{

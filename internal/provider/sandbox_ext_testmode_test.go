@@ -85,15 +85,15 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			{
-				Config: cfg("egress_mode = \"DENY_ALL\"\nidle_timeout_ms = 120000\ntimeout_ms = 600000"),
+				Config: cfg("egress_mode = \"DENY_ALL\"\nidle_timeout_ms = 600000\ntimeout_ms = 600000"),
 				ConfigStateChecks: []statecheck.StateCheck{
 					sameID.AddStateValue(addr, tfjsonpath.New("id")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("egress_mode"), knownvalue.StringExact("DENY_ALL")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_timeout_ms"), knownvalue.Int64Exact(120000)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_timeout_ms"), knownvalue.Int64Exact(600000)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("idle_expires_at"), knownvalue.StringRegexp(rfc3339RE)),
 				},
 				Check: backendSandbox(b, addr, func(s *client.Sandbox) error {
-					if s.EgressMode != client.EgressDenyAll || s.IdleTimeoutMs != 120000 || s.IdleExpiresAt == "" {
+					if s.EgressMode != client.EgressDenyAll || s.IdleTimeoutMs != 600000 || s.IdleExpiresAt == "" {
 						return fmt.Errorf("backend sandbox: egressMode %q, idleTimeoutMs %d, idleExpiresAt %q", s.EgressMode, s.IdleTimeoutMs, s.IdleExpiresAt)
 					}
 					var err error
@@ -101,7 +101,7 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 					return err
 				}),
 			},
-			{Config: cfg("egress_mode = \"DENY_ALL\"\nidle_timeout_ms = 120000\ntimeout_ms = 600000"), PlanOnly: true},
+			{Config: cfg("egress_mode = \"DENY_ALL\"\nidle_timeout_ms = 600000\ntimeout_ms = 600000"), PlanOnly: true},
 			{
 				Config: cfg("egress_mode = \"DENY_ALL\"\nidle_timeout_ms = 0\ntimeout_ms = 900000"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
