@@ -206,15 +206,15 @@ func TestPatchSandbox(t *testing.T) {
 func TestPatchMovesExpiry(t *testing.T) {
 	t.Parallel()
 	c := testModeBackend(t, testbackend.Config{})
-	later := c.Create(tokA, map[string]any{"timeoutMs": 1500})
+	later := c.Create(tokA, map[string]any{"timeoutMs": 3000})
 	earlier := c.Create(tokA, map[string]any{"timeoutMs": 600000})
-	witness := c.Create(tokA, map[string]any{"timeoutMs": 1500})
+	witness := c.Create(tokA, map[string]any{"timeoutMs": 3000})
 
 	if r := c.Do("PATCH", "/sandboxes/"+later.ID, tokA, map[string]any{"timeoutMs": 600000}, nil); r.Status != http.StatusOK {
 		t.Fatal(r)
 	}
 	age := time.Since(instant(t, earlier.CreatedAt)).Milliseconds()
-	if r := c.Do("PATCH", "/sandboxes/"+earlier.ID, tokA, map[string]any{"timeoutMs": age + 1000}, nil); r.Status != http.StatusOK {
+	if r := c.Do("PATCH", "/sandboxes/"+earlier.ID, tokA, map[string]any{"timeoutMs": age + 3000}, nil); r.Status != http.StatusOK {
 		t.Fatal(r)
 	}
 	gone := func(id string) func() error {
@@ -247,7 +247,9 @@ func TestPatchSurvivesRestart(t *testing.T) {
 	short := c.Create(tokA, map[string]any{"timeoutMs": 600000})
 	patched := apitest.DecodeData[apitest.Sandbox](t, c.Do("PATCH", "/sandboxes/"+sb.ID, tokA, map[string]any{"timeoutMs": 7200000, "idleTimeoutMs": 3600000}, nil))
 	age := time.Since(instant(t, short.CreatedAt)).Milliseconds()
-	c.Do("PATCH", "/sandboxes/"+short.ID, tokA, map[string]any{"timeoutMs": age + 1000}, nil)
+	if r := c.Do("PATCH", "/sandboxes/"+short.ID, tokA, map[string]any{"timeoutMs": age + 3000}, nil); r.Status != http.StatusOK {
+		t.Fatal(r)
+	}
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +337,7 @@ func TestActivityMovesIdleClock(t *testing.T) {
 // comes first is still an expiry (gone, 404).
 func TestIdleTimeoutEnds(t *testing.T) {
 	t.Parallel()
-	const idle = 2000
+	const idle = 4000 // the command on used must come within it: room for a slow machine
 	c := testModeBackend(t, testbackend.Config{MinIdleTimeout: 500 * time.Millisecond, Retention: time.Hour})
 	alone := c.Create(tokA, map[string]any{"idleTimeoutMs": idle})
 	used := c.Create(tokA, map[string]any{"idleTimeoutMs": idle})

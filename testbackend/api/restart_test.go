@@ -45,8 +45,12 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	c := newClient(t, b1.URL())
 	keep := c.Running(tokA, map[string]any{"labels": map[string]string{"r": "keep"}})
 	lost := c.Running(tokA, map[string]any{})
-	expiring := c.Running(tokA, map[string]any{"timeoutMs": 4000})
+	// Not waited for: on a loaded machine its start may take longer than
+	// its lifetime, and it only has to run out while the backend is down.
+	expiring := c.Create(tokA, map[string]any{"timeoutMs": 4000})
 	job := c.Create(tokA, map[string]any{"cmd": []string{"sh", "-c", "sleep 1; echo finished; exit 5"}})
+	// A PATCH is on disk before its answer (an extension of v1).
+	patched := apitest.DecodeData[apitest.Sandbox](t, c.Do("PATCH", "/sandboxes/"+keep.ID, tokA, map[string]any{"timeoutMs": 3600000, "idleTimeoutMs": 1800000}, nil))
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +90,8 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	}
 	if got := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+keep.ID, tokA, nil, nil)); got.Labels["r"] != "keep" || got.CreatedAt != keep.CreatedAt {
 		t.Fatalf("record changed across restart: %+v", got)
+	} else if got.TimeoutMs != 3600000 || got.ExpiresAt != patched.ExpiresAt || got.IdleTimeoutMs != 1800000 || got.IdleExpiresAt == "" {
+		t.Fatalf("PATCH lost across restart: %+v, want the values of %+v", got, patched)
 	}
 	gone := apitest.DecodeData[apitest.Sandbox](t, c.Do("GET", "/sandboxes/"+lost.ID, tokA, nil, nil))
 	if gone.Status != "terminated" || gone.TerminationReason != "container_lost" || gone.TerminatedAt == "" {

@@ -81,10 +81,16 @@ type Exit struct {
 	// Reason is set when the runtime itself ended the container, and says why.
 	Reason string
 	// What the engine knows (exitcause.go): OOMKilled, the kernel killed
-	// the container at its memory limit; Removed, the container was
-	// already gone when asked.
+	// the container at its memory limit (and nobody asked the engine to
+	// kill it); Killed, someone asked the engine to signal it (docker
+	// kill, stop, rm -f); Removed, the container was already gone when
+	// asked.
 	OOMKilled bool
+	Killed    bool
 	Removed   bool
+	// EngineLost is set by the caller, not the engine: the engine was
+	// unavailable while the container stopped (it crashed or restarted).
+	EngineLost bool
 }
 
 // Container describes one owned container found on the engine.

@@ -136,7 +136,10 @@ func (m *Manager) expire(id string) {
 	}
 	if idleDue(sb, now) {
 		if m.busy[id] > 0 {
-			// An operation is under way; its end starts the clock again.
+			// An operation is under way: it is activity until it ends
+			// (and its end starts the clock again).
+			m.touchLocked(sb)
+			m.scheduleLocked(sb)
 			m.mu.Unlock()
 			return
 		}
@@ -444,7 +447,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, a := range collect {
-		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode})
+		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode, EngineLost: engineLost})
 	}
 	// Removal above must finish before a new container takes the name.
 	m.mu.Lock()

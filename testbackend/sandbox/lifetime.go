@@ -147,11 +147,8 @@ func (m *Manager) Update(account, id string, req UpdateRequest) (View, error) {
 		upd.TimeoutMs, upd.ExpiresAt = timeoutMs, exp
 	}
 	if present(req.IdleTimeoutMs) {
-		upd.IdleTimeoutMs, upd.IdleExpiresAt = idleMs, nil
-		if idleMs > 0 {
-			t := now.Add(time.Duration(idleMs) * time.Millisecond)
-			upd.IdleExpiresAt = &t
-		}
+		upd.IdleTimeoutMs = idleMs
+		m.startIdleClockLocked(&upd, now)
 	}
 	if err := m.persistLocked(&upd); err != nil {
 		return View{}, err
@@ -162,9 +159,10 @@ func (m *Manager) Update(account, id string, req UpdateRequest) (View, error) {
 }
 
 // startIdleClockLocked starts the idle clock of a sandbox that has just
-// started running.
+// started running. A run-mode program is activity for as long as it runs:
+// the idle timeout never ends a job.
 func (m *Manager) startIdleClockLocked(sb *store.Sandbox, now time.Time) {
-	if sb.IdleTimeoutMs <= 0 {
+	if sb.IdleTimeoutMs <= 0 || sb.RunMode {
 		sb.IdleExpiresAt = nil
 		return
 	}
@@ -174,7 +172,7 @@ func (m *Manager) startIdleClockLocked(sb *store.Sandbox, now time.Time) {
 
 // touchLocked counts activity: the idle clock starts again from now.
 func (m *Manager) touchLocked(sb *store.Sandbox) {
-	if sb.Status != StatusRunning || sb.IdleTimeoutMs <= 0 {
+	if sb.Status != StatusRunning || sb.IdleExpiresAt == nil {
 		return
 	}
 	t := time.Now().UTC().Truncate(time.Millisecond).Add(time.Duration(sb.IdleTimeoutMs) * time.Millisecond)
@@ -272,6 +270,10 @@ func (m *Manager) terminationCause(sb *store.Sandbox, exit runtime.Exit) (reason
 		return ReasonOutOfMemory, fmt.Sprintf("the sandbox used more memory than its template %s allows (%d MiB) and was killed", sb.Template, m.templates[sb.Template].MemoryMB)
 	case exit.Removed:
 		return ReasonContainerLost, "the sandbox's container was removed from outside the backend"
+	case exit.Killed:
+		return ReasonContainerLost, fmt.Sprintf("the sandbox's container was killed from outside the backend (through the container engine; exit code %d)", exit.Code)
+	case exit.EngineLost:
+		return ReasonEngineLost, fmt.Sprintf("the sandbox's container stopped while the container engine at %s was unavailable (it crashed or restarted; exit code %d)", m.rt.Address(), exit.Code)
 	}
 	return ReasonProcessEnded, fmt.Sprintf("the sandbox's main process ended with code %d", exit.Code)
 }
