@@ -195,10 +195,10 @@ func touchSandbox(t *testing.T, addr string) {
 	}
 }
 
-// TestAccSandbox_terminated: a sandbox whose container is killed and
-// removed from outside (docker rm -f) ends terminated; a refresh drops it
-// with a warning that names the reason, the message and when, and the next
-// apply creates a new one.
+// TestAccSandbox_terminated: a sandbox whose container is killed from
+// outside (docker kill) ends terminated with reason container_lost; a
+// refresh drops it with a warning that names the reason, the message and
+// when, and the next apply creates a new one.
 func TestAccSandbox_terminated(t *testing.T) {
 	const addr = "rarecloud_sandbox.test"
 	config := "resource \"rarecloud_sandbox\" \"test\" {\n  timeout_ms = 1800000\n  labels = { purpose = \"acc-terminated\" }\n}\n"
@@ -218,12 +218,7 @@ func TestAccSandbox_terminated(t *testing.T) {
 				PreConfig: func() {
 					killContainer(t, id)
 					term := awaitTerminated(t, id)
-					// The contract says container_lost; the backend reports
-					// process_ended when it sees the exit code before the
-					// removal (a backend matter): this test is about what
-					// the provider does with the reason it is given.
-					if (term.TerminationReason != client.TerminationContainerLost && term.TerminationReason != client.TerminationProcessEnded) ||
-						term.TerminatedAt == "" || term.TerminationMessage == "" {
+					if term.TerminationReason != client.TerminationContainerLost || term.TerminatedAt == "" || term.TerminationMessage == "" {
 						t.Fatalf("killed sandbox: reason %q (%q), terminatedAt %q", term.TerminationReason, term.TerminationMessage, term.TerminatedAt)
 					}
 					warnings := readWarnings(t, testClient(tokenA), id)
@@ -252,8 +247,8 @@ func TestAccSandbox_terminated(t *testing.T) {
 	}
 }
 
-// killContainer kills and removes a sandbox's container with the docker
-// CLI, from outside the backend.
+// killContainer kills a sandbox's container with the docker CLI, from
+// outside the backend.
 func killContainer(t *testing.T, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -275,9 +270,9 @@ func killContainer(t *testing.T, id string) {
 	if host == "" {
 		host = runtime.DefaultHost
 	}
-	out, err := exec.CommandContext(ctx, "docker", "-H", host, "rm", "-f", cid).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "docker", "-H", host, "kill", cid).CombinedOutput()
 	if err != nil {
-		t.Fatalf("docker rm -f %s: %v: %s", cid, err, out)
+		t.Fatalf("docker kill %s: %v: %s", cid, err, out)
 	}
 }
 
