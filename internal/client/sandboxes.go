@@ -45,6 +45,15 @@ type Sandbox struct {
 	ExitCode          *int64            `json:"exitCode"`
 	EndedAt           string            `json:"endedAt,omitempty"`
 	TerminationReason string            `json:"terminationReason,omitempty"`
+
+	// Extensions of v1 (see sandbox_ext.go). An API without them leaves
+	// them empty.
+	EgressMode         string   `json:"egressMode,omitempty"`
+	EgressAllowlist    []string `json:"egressAllowlist,omitempty"`
+	IdleTimeoutMs      int64    `json:"idleTimeoutMs,omitempty"`
+	IdleExpiresAt      string   `json:"idleExpiresAt,omitempty"`
+	TerminatedAt       string   `json:"terminatedAt,omitempty"`
+	TerminationMessage string   `json:"terminationMessage,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /sandboxes. Zero values are
@@ -58,6 +67,12 @@ type CreateSandboxRequest struct {
 	Cmd        []string          `json:"cmd,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+
+	// Extensions of v1: left out unless set, so a request that does not
+	// use them is exactly a v1 request.
+	EgressMode      string   `json:"egressMode,omitempty"`
+	EgressAllowlist []string `json:"egressAllowlist,omitempty"`
+	IdleTimeoutMs   int64    `json:"idleTimeoutMs,omitempty"`
 }
 
 // DeleteResult is the answer of DELETE /sandboxes/{id}.

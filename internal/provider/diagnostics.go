@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,8 @@ func apiErrorDetail(sandboxID string, err error) string {
 		}
 		b.WriteString(". Run Terraform with fewer operations at once (terraform apply -parallelism=2; the default is 10), " +
 			"raise the provider's max_retry_duration, or try again later.")
+	case apiErr.Code == client.CodeVCPULimitExceeded:
+		b.WriteString(vcpuLimitDetail(err, apiErr))
 	default:
 		fmt.Fprintf(&b, "the RareCloud API answered HTTP %d %s: %s", apiErr.Status, apiErr.Code, apiErr.Message)
 		if hint := hintFor(apiErr.Code); hint != "" {
@@ -63,6 +66,13 @@ func hintFor(code string) string {
 		return "Only public images are supported; check the image reference."
 	case client.CodeServiceUnavailable:
 		return "The sandbox service is not available right now; try again later."
+	case client.CodeEgressControlUnavailable:
+		return "This API does not enforce egress control (an extension of API v1), or has it turned off. Remove " +
+			"egress_mode and egress_allowlist (or set egress_mode = \"ALLOW_ALL\") to accept full outbound access, or ask " +
+			"the API's operator to turn egress control on."
+	case client.CodeInvalidEgress:
+		return "Check egress_mode and egress_allowlist: host names of two or more labels or \"*.example.com\" wildcards, " +
+			"no IP addresses, only with egress_mode = \"ALLOW_LIST\"."
 	}
 	return ""
 }
@@ -76,3 +86,22 @@ func warnIfMocked(diags *diag.Diagnostics, info *client.CallInfo) {
 		"At least one answer carried \"mocked\": true: the API is running in test mode, where code is not really executed. "+
 			"Treat these results as test answers, never as real results. Production never answers in test mode.")
 }
+
+// vcpuLimitDetail explains a create refused for the account's vCPU limit:
+// the limit, the use, and what frees capacity.
+func vcpuLimitDetail(err error, apiErr *client.APIError) string {
+	var b strings.Builder
+	b.WriteString("the account is at its vCPU limit")
+	if u, _ := client.VCPULimit(err); u.Known {
+		fmt.Fprintf(&b, ": its live sandboxes use %s of its %s vCPUs", fmtVCPU(u.InUse), fmtVCPU(u.Limit))
+	}
+	fmt.Fprintf(&b, " (HTTP %d %s: %s). ", apiErr.Status, apiErr.Code, apiErr.Message)
+	b.WriteString("Every pending or running sandbox counts its template's vCPUs; ended and deleted ones count nothing. " +
+		"To create this sandbox: delete sandboxes you no longer need (the data source rarecloud_sandboxes lists them; " +
+		"capacity frees at once), choose a template with fewer vCPUs, or have the account's limit raised by the API's " +
+		"operator (on the RareCloud test backend: \"accounts\": [{\"account\": ..., \"vcpuLimit\": N}] in the tokens " +
+		"file, or --vcpu-limit for every account).")
+	return b.String()
+}
+
+func fmtVCPU(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -32,6 +32,8 @@ const (
 	tokenA   = "rc_pat_acc_a_readwrite"
 	tokenARO = "rc_pat_acc_a_readonly"
 	tokenB   = "rc_pat_acc_b_readwrite"
+	// tokenSmall's account has a vCPU limit of 1.
+	tokenSmall = "rc_pat_small_readwrite"
 )
 
 // acc is the one backend of this test binary, started in TestMain when
@@ -79,7 +81,11 @@ func runTests(m *testing.M) int {
 				{Token: tokenA, Account: "acct-a", Scopes: []string{"services:read", "services:write"}},
 				{Token: tokenARO, Account: "acct-a", Scopes: []string{"services:read"}},
 				{Token: tokenB, Account: "acct-b", Scopes: []string{"services:read", "services:write"}},
+				{Token: tokenSmall, Account: "acct-small", Scopes: []string{"services:read", "services:write"}},
 			},
+			// acct-small may run one base sandbox (1 vCPU) at a time: the
+			// vCPU limit test runs against it.
+			Accounts: []testbackend.Account{{Account: "acct-small", VCPULimit: 1}},
 		})
 		cancel()
 		if err != nil {
@@ -114,7 +120,7 @@ func runTests(m *testing.M) int {
 func cleanupSandboxes() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, tok := range []string{tokenA, tokenB} {
+	for _, tok := range []string{tokenA, tokenB, tokenSmall} {
 		c := testClient(tok)
 		list, err := c.ListSandboxes(ctx, nil)
 		if err != nil {

@@ -49,6 +49,13 @@ type sandboxDataModel struct {
 	TerminationReason types.String `tfsdk:"termination_reason"`
 	Labels            types.Map    `tfsdk:"labels"`
 	EnvKeys           types.List   `tfsdk:"env_keys"`
+	// Extensions of API v1: null when the API does not report them.
+	TerminatedAt       types.String `tfsdk:"terminated_at"`
+	TerminationMessage types.String `tfsdk:"termination_message"`
+	IdleTimeoutMs      types.Int64  `tfsdk:"idle_timeout_ms"`
+	IdleExpiresAt      types.String `tfsdk:"idle_expires_at"`
+	EgressMode         types.String `tfsdk:"egress_mode"`
+	EgressAllowlist    types.List   `tfsdk:"egress_allowlist"`
 }
 
 // sandboxDataModelFromAPI is the one mapper of both data sources.
@@ -67,6 +74,16 @@ func sandboxDataModelFromAPI(ctx context.Context, s *client.Sandbox, diags *diag
 		EndedAt:           stringOrNull(s.EndedAt),
 		ExitCode:          types.Int64Null(),
 		TerminationReason: stringOrNull(s.TerminationReason),
+
+		TerminatedAt:       stringOrNull(s.TerminatedAt),
+		TerminationMessage: stringOrNull(s.TerminationMessage),
+		IdleTimeoutMs:      types.Int64Null(),
+		IdleExpiresAt:      stringOrNull(s.IdleExpiresAt),
+		EgressMode:         stringOrNull(s.EgressMode),
+		EgressAllowlist:    listOrNull(ctx, s.EgressAllowlist, diags),
+	}
+	if s.IdleTimeoutMs > 0 {
+		m.IdleTimeoutMs = types.Int64Value(s.IdleTimeoutMs)
 	}
 	if s.ExitCode != nil {
 		m.ExitCode = types.Int64Value(*s.ExitCode)
@@ -124,7 +141,35 @@ func sandboxDataAttributes() map[string]schema.Attribute {
 			Computed:            true,
 		},
 		"termination_reason": schema.StringAttribute{
-			MarkdownDescription: "Why a `terminated` sandbox ended; null otherwise.",
+			MarkdownDescription: "Why a `terminated` sandbox ended: `idle_timeout`, `out_of_memory`, `container_lost`, " +
+				"`engine_lost`, `agent_failure`, `process_ended` or `start_failed` (an API may add others); null otherwise.",
+			Computed: true,
+		},
+		"terminated_at": schema.StringAttribute{
+			MarkdownDescription: "When a `terminated` sandbox ended (RFC 3339); null otherwise. An extension of API v1.",
+			Computed:            true,
+		},
+		"termination_message": schema.StringAttribute{
+			MarkdownDescription: "The API's words on why a `terminated` sandbox ended; null otherwise. An extension of API v1.",
+			Computed:            true,
+		},
+		"idle_timeout_ms": schema.Int64Attribute{
+			MarkdownDescription: "Idle timeout in milliseconds; null when the sandbox has none. An extension of API v1.",
+			Computed:            true,
+		},
+		"idle_expires_at": schema.StringAttribute{
+			MarkdownDescription: "When a running sandbox with an idle timeout ends if it has no activity before (RFC 3339); " +
+				"null otherwise. An extension of API v1.",
+			Computed: true,
+		},
+		"egress_mode": schema.StringAttribute{
+			MarkdownDescription: "Outbound network access: `ALLOW_ALL`, `DENY_ALL` or `ALLOW_LIST`; null when the API does " +
+				"not report it (no egress control). An extension of API v1.",
+			Computed: true,
+		},
+		"egress_allowlist": schema.ListAttribute{
+			MarkdownDescription: "With `egress_mode` `ALLOW_LIST`: the host names the sandbox may reach. An extension of API v1.",
+			ElementType:         types.StringType,
 			Computed:            true,
 		},
 		"labels": schema.MapAttribute{

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -91,6 +92,26 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 				Optional:   true,
 				Computed:   true,
 				Validators: timeoutMsValidators(),
+			},
+			"idle_timeout_ms": schema.Int64Attribute{
+				MarkdownDescription: idleTimeoutDescription,
+				Optional:            true,
+				Validators:          []validator.Int64{idleTimeoutValidator{}},
+			},
+			"idle_expires_at": schema.StringAttribute{
+				MarkdownDescription: "With `idle_timeout_ms`: when the sandbox ends if it has no activity before (RFC 3339), as of opening.",
+				Computed:            true,
+			},
+			"egress_mode": schema.StringAttribute{
+				MarkdownDescription: egressModeDescription,
+				Optional:            true,
+				Validators:          egressModeValidators(),
+			},
+			"egress_allowlist": schema.SetAttribute{
+				MarkdownDescription: egressAllowlistDescription,
+				ElementType:         types.StringType,
+				Optional:            true,
+				Validators:          egressAllowlistValidators(),
 			},
 			"run": schema.BoolAttribute{
 				MarkdownDescription: "Run mode: start the image's own program instead of waiting for commands. " +
@@ -181,6 +202,7 @@ func (e *sandboxEphemeralResource) ValidateConfig(ctx context.Context, req ephem
 		return
 	}
 	validateRunMode(cfg.Run, cfg.Entrypoint, cfg.Command, cfg.WaitForExit, &resp.Diagnostics)
+	validateEgress(cfg.EgressMode, cfg.EgressAllowlist, &resp.Diagnostics)
 }
 
 // Open implements ephemeral.EphemeralResource: it creates the sandbox and
@@ -231,6 +253,12 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 		return
 	}
 
+	if problem := egressNotApplied(m.sandboxModel, sbx); problem != "" {
+		resp.Diagnostics.AddError("Error opening ephemeral sandbox",
+			fmt.Sprintf("Sandbox %s: %s, so it could reach more of the network than configured. %s",
+				sbx.ID, problem, deleteAfterFailedOpen(ctx, c, sbx.ID)))
+		return
+	}
 	private, err := json.Marshal(privateSandbox{ID: sbx.ID})
 	if err != nil {
 		resp.Diagnostics.AddError("Error opening ephemeral sandbox", err.Error()+" "+deleteAfterFailedOpen(ctx, c, sbx.ID))

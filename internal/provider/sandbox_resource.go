@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -89,6 +90,17 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 		return
 	}
 	tflog.Info(ctx, "created sandbox", map[string]any{"id": created.ID, "status": created.Status, "replayed": info.Replayed.Load()})
+	if problem := egressNotApplied(plan.sandboxModel, created); problem != "" {
+		detail := fmt.Sprintf("Sandbox %s: %s, so it could reach more of the network than configured.", created.ID, problem)
+		if derr := deleteUnwanted(ctx, c, created.ID, 2*time.Minute); derr != nil {
+			detail += " Deleting it failed too: " + apiErrorDetail(created.ID, derr)
+		} else {
+			detail += " It has been deleted."
+		}
+		resp.Diagnostics.AddError("Error creating sandbox", detail+
+			" Use an API with egress control, or remove egress_mode and egress_allowlist to accept full outbound access.")
+		return
+	}
 
 	waitForExit := plan.WaitForExit.ValueBool()
 	sbx, err := c.WaitSandboxStatus(ctx, created.ID, readyStatuses(waitForExit), readyFunc(waitForExit))
@@ -164,13 +176,22 @@ func (r *sandboxResource) Read(ctx context.Context, req resource.ReadRequest, re
 		return
 	}
 	if sbx.Status == client.StatusTerminated {
-		tflog.Warn(ctx, "sandbox terminated; removing it from state", map[string]any{"id": id, "reason": sbx.TerminationReason})
+		// Unlike an exited run-mode sandbox (kept: its program ended as
+		// it should), a terminated one was ended by the API: drop it, so
+		// the next apply creates a new one, and say why.
+		tflog.Warn(ctx, "sandbox terminated; removing it from state", map[string]any{
+			"id": id, "reason": sbx.TerminationReason, "message": sbx.TerminationMessage,
+		})
+		addTerminationWarning(&resp.Diagnostics, sbx)
 		resp.State.RemoveResource(ctx)
 		return
 	}
 
 	var imported *importInfo
-	if state.Template.IsNull() {
+	if !state.Template.IsNull() {
+		refreshEgress(ctx, &state.sandboxModel, sbx, &resp.Diagnostics)
+		refreshLifetime(&state.sandboxModel, sbx)
+	} else {
 		// Imported: only the id is known. Fill the arguments from the API.
 		imported = &importInfo{}
 		if r.data != nil {
@@ -192,8 +213,10 @@ func (r *sandboxResource) Read(ctx context.Context, req resource.ReadRequest, re
 	setStateFromAPI(ctx, &resp.State, &state, sbx, imported, &resp.Diagnostics)
 }
 
-// Update implements resource.Resource. Only wait_for_exit and timeouts
-// can change without replacing the sandbox; everything else is kept.
+// Update implements resource.Resource. timeout_ms and idle_timeout_ms
+// change through PATCH; wait_for_exit, fail_on_nonzero_exit and timeouts
+// (and env after an import) only in state; everything else replaces the
+// sandbox and never gets here.
 func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	if !r.configured(&resp.Diagnostics) {
 		return
@@ -211,6 +234,9 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 	// keys match the sandbox's: they change only in state.
 	state.Env = plan.Env
 	state.EnvWOVersion = plan.EnvWOVersion
+	// egress_mode changes in place only between not set and ALLOW_ALL,
+	// the same mode (any other change replaces the sandbox).
+	state.EgressMode = plan.EgressMode
 
 	updateTimeout, diags := plan.Timeouts.Update(ctx, defaultUpdateTimeout)
 	resp.Diagnostics.Append(diags...)
@@ -223,6 +249,19 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 	defer warnIfMocked(&resp.Diagnostics, info)
 	c := r.data.client
 	id := state.ID.ValueString()
+
+	if patch, changed := lifetimeChange(plan.sandboxModel, state.sandboxModel); len(changed) > 0 {
+		tflog.Info(ctx, "changing sandbox in place", map[string]any{"id": id, "changed": strings.Join(changed, ",")})
+		if _, err := c.UpdateSandbox(ctx, id, patch); err != nil {
+			// Nothing changed: the state is not set, so it stays the prior one.
+			resp.Diagnostics.AddError("Error updating sandbox", updateLifetimeError(id, changed, err))
+			return
+		}
+	}
+	// idle_timeout_ms may also go from null to 0 or back: no change to the
+	// API (both mean no idle timeout), only to the state.
+	state.TimeoutMs = plan.TimeoutMs
+	state.IdleTimeoutMs = plan.IdleTimeoutMs
 
 	waitForExit := plan.WaitForExit.ValueBool()
 	sbx, err := c.WaitSandboxStatus(ctx, id, readyStatuses(waitForExit), readyFunc(waitForExit))

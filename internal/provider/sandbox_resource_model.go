@@ -37,6 +37,11 @@ type sandboxModel struct {
 	ExpiresAt       types.String `tfsdk:"expires_at"`
 	ExitCode        types.Int64  `tfsdk:"exit_code"`
 	EnvKeys         types.List   `tfsdk:"env_keys"`
+	// Extensions of API v1, sent only when configured.
+	EgressMode      types.String `tfsdk:"egress_mode"`
+	EgressAllowlist types.Set    `tfsdk:"egress_allowlist"`
+	IdleTimeoutMs   types.Int64  `tfsdk:"idle_timeout_ms"`
+	IdleExpiresAt   types.String `tfsdk:"idle_expires_at"`
 }
 
 // sandboxResourceModel is the resource's Terraform data: the shared
@@ -47,6 +52,10 @@ type sandboxResourceModel struct {
 	EnvWOVersion types.Int64    `tfsdk:"env_wo_version"`
 	FailOnExit   types.Bool     `tfsdk:"fail_on_nonzero_exit"`
 	Timeouts     timeouts.Value `tfsdk:"timeouts"`
+	// TerminationReason and TerminatedAt: null while the sandbox is in
+	// state (a refresh that finds it terminated drops it).
+	TerminationReason types.String `tfsdk:"termination_reason"`
+	TerminatedAt      types.String `tfsdk:"terminated_at"`
 }
 
 // createRequest builds the API request from the model, with its effective
@@ -80,6 +89,8 @@ func (a sandboxModel) createRequest(ctx context.Context, envWO types.Map) (clien
 	if !a.EffectiveLabels.IsNull() && !a.EffectiveLabels.IsUnknown() {
 		diags.Append(a.EffectiveLabels.ElementsAs(ctx, &req.Labels, false)...)
 	}
+	a.egressRequest(ctx, &req, &diags)
+	a.lifetimeRequest(&req)
 	return req, diags
 }
 
@@ -95,6 +106,8 @@ type importInfo struct {
 // taken from the API.
 func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client.Sandbox, imported *importInfo, diags *diag.Diagnostics) {
 	m.setResults(s)
+	m.TerminationReason = stringOrNull(s.TerminationReason)
+	m.TerminatedAt = stringOrNull(s.TerminatedAt)
 	labels := s.Labels
 	if labels == nil {
 		labels = map[string]string{}
@@ -139,6 +152,11 @@ func sandboxModelFromAPI(ctx context.Context, m *sandboxResourceModel, s *client
 	}
 	m.WaitForExit = types.BoolValue(false)
 	m.FailOnExit = types.BoolValue(false)
+	importEgress(ctx, &m.sandboxModel, s, diags)
+	m.IdleTimeoutMs = types.Int64Null()
+	if s.IdleTimeoutMs > 0 {
+		m.IdleTimeoutMs = types.Int64Value(s.IdleTimeoutMs)
+	}
 }
 
 // setStateFromAPI maps the API's sandbox onto the model and stores it, the
@@ -158,6 +176,7 @@ func (m *sandboxModel) setResults(s *client.Sandbox) {
 	m.Status = types.StringValue(s.Status)
 	m.CreatedAt = stringOrNull(s.CreatedAt)
 	m.ExpiresAt = stringOrNull(s.ExpiresAt)
+	m.IdleExpiresAt = stringOrNull(s.IdleExpiresAt)
 	if s.ExitCode != nil {
 		m.ExitCode = types.Int64Value(*s.ExitCode)
 	} else {

@@ -44,7 +44,8 @@ func (runModePlanModifier) PlanModifyBool(ctx context.Context, req planmodifier.
 
 // ModifyPlan implements resource.ResourceWithModifyPlan: it plans
 // effective_labels (default_labels merged with labels) and replaces the
-// sandbox when they change.
+// sandbox when they change, and plans a new expires_at when timeout_ms
+// changes in place.
 func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		return // destroy
@@ -68,6 +69,14 @@ func (r *sandboxResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("effective_labels"), &prior)...)
 	if !effective.IsUnknown() && !prior.IsNull() && !effective.Equal(prior) {
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("effective_labels"))
+	}
+
+	// A new timeout_ms moves expires_at (created_at plus timeout_ms).
+	var planTimeout, priorTimeout types.Int64
+	resp.Diagnostics.Append(resp.Plan.GetAttribute(ctx, path.Root("timeout_ms"), &planTimeout)...)
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("timeout_ms"), &priorTimeout)...)
+	if !planTimeout.Equal(priorTimeout) {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("expires_at"), types.StringUnknown())...)
 	}
 
 	// A program that already exited non-zero fails an apply that asks for

@@ -13,10 +13,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/setplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -27,11 +27,14 @@ import (
 func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A RareCloud AI sandbox: an isolated Linux environment in its own hardened container. " +
-			"The API has no update call, so changing any argument the API holds replaces the sandbox; " +
-			"only `wait_for_exit`, `fail_on_nonzero_exit` and `timeouts` change in place.\n\n" +
-			"A sandbox that the API reports gone (deleted, expired at `expires_at`, or terminated) drops out of state " +
-			"and is created again on the next apply; any answer that is not the API's own \"not found\" is an error " +
-			"and leaves the state alone.",
+			"`timeout_ms` and `idle_timeout_ms` change in place (through `PATCH /v1/sandboxes/{id}`, an extension of API v1; " +
+			"against an API without it the apply fails and says to replace the sandbox with `terraform apply -replace`), " +
+			"as do `wait_for_exit`, `fail_on_nonzero_exit` and `timeouts`; changing any other argument the API holds replaces " +
+			"the sandbox.\n\n" +
+			"A sandbox that the API reports gone (deleted, or expired at `expires_at`) drops out of state and is created " +
+			"again on the next apply. A sandbox the API ended (`terminated`: idle timeout, out of memory, container lost) " +
+			"drops out too, with a warning that names the reason. Any answer that is not the API's own \"not found\" is an " +
+			"error and leaves the state alone.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "Sandbox id (`sbx-...`).",
@@ -55,14 +58,32 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"timeout_ms": schema.Int64Attribute{
-				MarkdownDescription: fmt.Sprintf("Lifetime in milliseconds, from %d (1 s) to %d (24 h). At `expires_at` the "+
-					"sandbox is stopped and deleted. Defaults to %d (5 minutes). Changing it replaces the sandbox.",
+				MarkdownDescription: fmt.Sprintf("Lifetime in milliseconds, from %d (1 s) to %d (24 h), counted from "+
+					"`created_at`. At `expires_at` the sandbox is stopped and deleted. Defaults to %d (5 minutes). Changes in "+
+					"place while the sandbox runs (`expires_at` moves); a value that would end the lifetime before now is refused.",
 					minTimeoutMs, maxTimeoutMs, defaultTimeoutMs),
-				Optional:      true,
-				Computed:      true,
-				Default:       int64default.StaticInt64(defaultTimeoutMs),
-				Validators:    timeoutMsValidators(),
-				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
+				Optional:   true,
+				Computed:   true,
+				Default:    int64default.StaticInt64(defaultTimeoutMs),
+				Validators: timeoutMsValidators(),
+			},
+			"idle_timeout_ms": schema.Int64Attribute{
+				MarkdownDescription: idleTimeoutDescription,
+				Optional:            true,
+				Validators:          []validator.Int64{idleTimeoutValidator{}},
+			},
+			"egress_mode": schema.StringAttribute{
+				MarkdownDescription: egressModeDescription,
+				Optional:            true,
+				Validators:          egressModeValidators(),
+				PlanModifiers:       []planmodifier.String{egressModePlanModifier()},
+			},
+			"egress_allowlist": schema.SetAttribute{
+				MarkdownDescription: egressAllowlistDescription,
+				ElementType:         types.StringType,
+				Optional:            true,
+				Validators:          egressAllowlistValidators(),
+				PlanModifiers:       []planmodifier.Set{setplanmodifier.RequiresReplace()},
 			},
 			"run": schema.BoolAttribute{
 				MarkdownDescription: "Run mode: start the image's own program instead of waiting for commands. The sandbox " +
@@ -174,6 +195,25 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"expires_at": schema.StringAttribute{
 				MarkdownDescription: "When the sandbox stops and is deleted (RFC 3339): `created_at` plus `timeout_ms`.",
 				Computed:            true,
+				// Kept while timeout_ms stays; ModifyPlan makes it unknown when timeout_ms changes.
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"idle_expires_at": schema.StringAttribute{
+				MarkdownDescription: "With `idle_timeout_ms`: when the sandbox ends if it has no activity before (RFC 3339). " +
+					"Activity moves it; a refresh reads the current value, which never plans a change by itself. Null " +
+					"without an idle timeout.",
+				Computed: true,
+			},
+			"termination_reason": schema.StringAttribute{
+				MarkdownDescription: "Why the API ended the sandbox (`idle_timeout`, `out_of_memory`, `container_lost`, " +
+					"`engine_lost`, `agent_failure`, `process_ended`, `start_failed`). Null while it runs: a refresh that finds it terminated " +
+					"removes it from the state, with a warning naming this reason.",
+				Computed:      true,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"terminated_at": schema.StringAttribute{
+				MarkdownDescription: "When the API ended the sandbox (RFC 3339); null while it runs (see `termination_reason`).",
+				Computed:            true,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"exit_code": schema.Int64Attribute{
@@ -187,7 +227,7 @@ func (r *sandboxResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				Update:            true,
 				Delete:            true,
 				CreateDescription: "How long Terraform waits for a new sandbox to be running (with `wait_for_exit`, exited). Defaults to 10m.",
-				UpdateDescription: "How long Terraform waits when `wait_for_exit` is turned on in place. Defaults to 10m.",
+				UpdateDescription: "How long Terraform waits for an in-place change: a new `timeout_ms` or `idle_timeout_ms`, or `wait_for_exit` turned on. Defaults to 10m.",
 				DeleteDescription: "How long Terraform waits for a sandbox to be deleted. Defaults to 5m.",
 			}),
 		},

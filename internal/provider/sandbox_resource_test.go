@@ -257,11 +257,12 @@ func runCodeInSandbox(addr, code, wantStdout string) resource.TestCheckFunc {
 	}
 }
 
-// TestAccSandbox_replace proves that template, image and timeout_ms
-// changes replace the sandbox.
+// TestAccSandbox_replace proves that template and image changes replace
+// the sandbox, and that a timeout_ms change does not.
 func TestAccSandbox_replace(t *testing.T) {
 	const addr = "rarecloud_sandbox.test"
 	ids := statecheck.CompareValue(compare.ValuesDiffer())
+	kept := statecheck.CompareValue(compare.ValuesSame())
 	cfg := func(template, image string, timeout int) string {
 		img := ""
 		if image != "" {
@@ -311,14 +312,18 @@ resource "rarecloud_sandbox" "test" {
 				ConfigPlanChecks: replaced("template", knownvalue.StringExact("python")),
 				ConfigStateChecks: []statecheck.StateCheck{
 					ids.AddStateValue(addr, tfjsonpath.New("id")),
+					kept.AddStateValue(addr, tfjsonpath.New("id")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("template"), knownvalue.StringExact("python")),
 				},
 			},
 			{
-				Config:           cfg("python", imagePython, 600000),
-				ConfigPlanChecks: replaced("timeout_ms", knownvalue.Int64Exact(600000)),
+				// timeout_ms changes in place (PATCH): the same sandbox.
+				Config: cfg("python", imagePython, 600000),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+				}},
 				ConfigStateChecks: []statecheck.StateCheck{
-					ids.AddStateValue(addr, tfjsonpath.New("id")),
+					kept.AddStateValue(addr, tfjsonpath.New("id")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("timeout_ms"), knownvalue.Int64Exact(600000)),
 				},
 				Check: checkBackendSandbox(addr, func(s *client.Sandbox) error {

@@ -51,6 +51,7 @@ func (r *sandboxResource) ValidateConfig(ctx context.Context, req resource.Valid
 				"program to exit. Set wait_for_exit = true (run mode), or remove fail_on_nonzero_exit.")
 	}
 	validateEnvKeysDisjoint(cfg.Env, cfg.EnvWO, &resp.Diagnostics)
+	validateEgress(cfg.EgressMode, cfg.EgressAllowlist, &resp.Diagnostics)
 }
 
 // validateRunMode checks the run-mode arguments, shared by the managed and
