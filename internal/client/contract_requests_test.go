@@ -27,7 +27,13 @@ func clientCalls() map[string]func(context.Context, *Client) error {
 				Template: "python", Image: "python:3.12-slim", TimeoutMs: 60000, Run: true,
 				Entrypoint: []string{"python3"}, Cmd: []string{"-c", "print(1)"},
 				Env: map[string]string{"A": "1"}, Labels: map[string]string{"ci": "1"},
+				EgressMode: "ALLOW_LIST", EgressAllowlist: []string{"pypi.example.test", "*.example.test"}, IdleTimeoutMs: 90000,
 			})
+			return err
+		},
+		"UpdateSandbox": func(ctx context.Context, c *Client) error {
+			timeout, idle := int64(600000), int64(90000)
+			_, err := c.UpdateSandbox(ctx, id, UpdateSandboxRequest{TimeoutMs: &timeout, IdleTimeoutMs: &idle})
 			return err
 		},
 		"CreateSandboxWithKey": func(ctx context.Context, c *Client) error {

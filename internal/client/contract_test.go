@@ -80,6 +80,7 @@ func wireTypes() []wireType {
 		{name: "Sandbox", value: Sandbox{}, dir: fromAPI, schema: items(answerData(http.MethodGet, "/sandboxes", 200))},
 		{name: "Template", value: Template{}, dir: fromAPI, schema: items(answerData(http.MethodGet, "/sandboxes/templates", 200))},
 		{name: "CreateSandboxRequest", value: CreateSandboxRequest{}, dir: toAPI, schema: requestBody(http.MethodPost, "/sandboxes")},
+		{name: "UpdateSandboxRequest", value: UpdateSandboxRequest{}, dir: toAPI, schema: requestBody(http.MethodPatch, "/sandboxes/{id}")},
 		{name: "DeleteResult", value: DeleteResult{}, dir: fromAPI, schema: answerData(http.MethodDelete, "/sandboxes/{id}", 200)},
 		{name: "RunCodeRequest", value: RunCodeRequest{}, dir: toAPI, schema: requestBody(http.MethodPost, "/sandboxes/{id}/run_code")},
 		{name: "CommandRequest", value: CommandRequest{}, dir: toAPI, schema: requestBody(http.MethodPost, "/sandboxes/{id}/commands")},
