@@ -186,11 +186,16 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 		exit := m.rt.Wait(m.ctx, cid)
 		m.mu.Lock()
 		delete(m.watching, id)
+		sb := m.boxes[id]
+		ours := sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.expiring[id]
 		m.mu.Unlock()
 		if m.ctx.Err() != nil {
 			return
 		}
 		if exit.Err != nil {
+			if ours {
+				return // deleted, expired or ended: the container went by our doing
+			}
 			m.containerGone(id, exit.Err)
 			return
 		}
@@ -394,31 +399,24 @@ func (m *Manager) recoverEngine() {
 // reconcile makes records and containers agree: containers without a live
 // record go; live records whose container is gone end; pending records
 // whose start was cut short start again.
+//
+// The engine's list is a snapshot taken before the manager's lock: a
+// sandbox that got its container after it (a start that finished, a warm
+// container claimed) is missing from it, or shows a container that was
+// not running yet. So a running sandbox is never ended on the first list
+// alone: it is a suspect, judged again on a second list taken after the
+// first judgement, and only if its record still names the same container.
 func (m *Manager) reconcile(ctx context.Context) error {
 	containers, err := m.rt.List(ctx)
 	if err != nil {
 		return err
 	}
-	byName := map[string]runtime.Container{}
-	byID := map[string]runtime.Container{}
-	for _, c := range containers {
-		byName[strings.TrimPrefix(c.Name, "/")] = c
-		byID[c.ID] = c
-	}
+	seen := indexContainers(containers)
 
-	type action struct {
-		sb      *store.Sandbox
-		c       runtime.Container
-		collect bool // exited while we were away: collect exit code and logs
-	}
 	var remove []string
-	var collect []action
 	var restart []*store.Sandbox
-	var lost []string
-	m.engine.mu.Lock()
-	engineLost := m.engine.down
-	m.engine.mu.Unlock()
-
+	var suspects []suspect
+	var poolSuspects []string
 	m.mu.Lock()
 	claimed := map[string]bool{}
 	for _, sb := range m.boxes {
@@ -443,13 +441,19 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, p := range m.pools {
-		p.ready = slices.DeleteFunc(p.ready, func(id string) bool { c, ok := byID[id]; return !ok || !c.Running })
+		// A ready container missing from the list may have become ready
+		// after it: the second list decides. One listed as stopped goes
+		// (it is in remove above).
+		p.ready = slices.DeleteFunc(p.ready, func(id string) bool {
+			c, ok := seen.byID[id]
+			if !ok {
+				poolSuspects = append(poolSuspects, id)
+			}
+			return ok && !c.Running
+		})
 	}
 	for _, sb := range m.boxes {
-		c, ok := byID[sb.ContainerID]
-		if !ok || sb.ContainerID == "" {
-			c, ok = byName[containerName(sb.ID)]
-		}
+		c, ok := seen.find(sb)
 		switch sb.Status {
 		case StatusPending:
 			if m.starting[sb.ID] {
@@ -460,40 +464,25 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 			restart = append(restart, sb)
 		case StatusRunning:
-			switch {
-			case !ok:
-				reason, msg := ReasonContainerLost, "the sandbox's container was killed or removed from outside the backend"
-				if engineLost {
-					reason, msg = ReasonEngineLost, "the sandbox's container went while the container engine at "+m.rt.Address()+" was unavailable (it restarted or crashed)"
-				}
-				m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
-				lost = append(lost, sb.ID)
-			case !c.Running:
-				collect = append(collect, action{sb: sb, c: c, collect: true})
-			default:
-				if sb.ContainerID != c.ID {
-					sb.ContainerID = c.ID
-					_ = m.persistLocked(sb)
-				}
-				m.watchLocked(sb)
+			if !ok || !c.Running {
+				suspects = append(suspects, suspect{sb: sb, cid: sb.ContainerID})
+				continue
 			}
+			m.adoptLocked(sb, c)
 		}
 	}
 	m.mu.Unlock()
 
-	for _, id := range lost {
-		m.releaseEgress(id)
-	}
 	for _, id := range remove {
 		if err := m.rt.Remove(ctx, id); err != nil {
 			return err
 		}
-		if sid := byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
+		if sid := seen.byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
 			m.releaseEgress(sid)
 		}
 	}
-	for _, a := range collect {
-		m.exited(a.sb.ID, a.c.ID, runtime.Exit{Code: a.c.ExitCode, EngineLost: engineLost})
+	if err := m.judgeSuspects(ctx, suspects, poolSuspects); err != nil {
+		return err
 	}
 	// Removal above must finish before a new container takes the name.
 	m.mu.Lock()
@@ -504,5 +493,109 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	m.fillPools()
+	return nil
+}
+
+// suspect is a running sandbox whose container the first list of a
+// reconcile did not show running, with the container its record named then.
+type suspect struct {
+	sb  *store.Sandbox
+	cid string
+}
+
+// containerIndex finds a list's containers by id and by name.
+type containerIndex struct {
+	byID, byName map[string]runtime.Container
+}
+
+func indexContainers(cs []runtime.Container) containerIndex {
+	x := containerIndex{byID: map[string]runtime.Container{}, byName: map[string]runtime.Container{}}
+	for _, c := range cs {
+		x.byName[strings.TrimPrefix(c.Name, "/")] = c
+		x.byID[c.ID] = c
+	}
+	return x
+}
+
+// find returns the sandbox's container: by the id its record holds, else
+// by its name (a start cut short before the id was recorded).
+func (x containerIndex) find(sb *store.Sandbox) (runtime.Container, bool) {
+	if c, ok := x.byID[sb.ContainerID]; ok && sb.ContainerID != "" {
+		return c, true
+	}
+	c, ok := x.byName[containerName(sb.ID)]
+	return c, ok
+}
+
+// adoptLocked watches a running sandbox's live container, recording its
+// id when the record did not have it.
+func (m *Manager) adoptLocked(sb *store.Sandbox, c runtime.Container) {
+	if sb.ContainerID != c.ID {
+		sb.ContainerID = c.ID
+		_ = m.persistLocked(sb)
+	}
+	m.watchLocked(sb)
+}
+
+// judgeSuspects takes a second list and ends the suspects whose container
+// is really gone (container_lost, or engine_lost when the engine was away)
+// or has exited (its exit is collected as the watcher would have). A
+// suspect whose record changed meanwhile (deleted, ended, another
+// container) is left to whoever changed it. Warm containers that the
+// second list does not show leave the pool's ready list.
+func (m *Manager) judgeSuspects(ctx context.Context, suspects []suspect, poolSuspects []string) error {
+	if len(suspects) == 0 && len(poolSuspects) == 0 {
+		return nil
+	}
+	containers, err := m.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	now := indexContainers(containers)
+	m.engine.mu.Lock()
+	engineLost := m.engine.down
+	m.engine.mu.Unlock()
+
+	type exit struct {
+		id, cid string
+		c       runtime.Container
+	}
+	var lost []string
+	var collect []exit
+	m.mu.Lock()
+	for _, s := range suspects {
+		sb := m.boxes[s.sb.ID]
+		if sb != s.sb || sb.Status != StatusRunning || sb.ContainerID != s.cid || m.expiring[sb.ID] {
+			continue
+		}
+		c, ok := now.find(sb)
+		switch {
+		case !ok:
+			reason, msg := ReasonContainerLost, "the sandbox's container was killed or removed from outside the backend"
+			if engineLost {
+				reason, msg = ReasonEngineLost, "the sandbox's container went while the container engine at "+m.rt.Address()+" was unavailable (it restarted or crashed)"
+			}
+			m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
+			lost = append(lost, sb.ID)
+		case !c.Running:
+			collect = append(collect, exit{id: sb.ID, cid: c.ID, c: c})
+		default:
+			m.adoptLocked(sb, c)
+		}
+	}
+	for _, p := range m.pools {
+		p.ready = slices.DeleteFunc(p.ready, func(id string) bool {
+			_, ok := now.byID[id]
+			return !ok && slices.Contains(poolSuspects, id)
+		})
+	}
+	m.mu.Unlock()
+
+	for _, id := range lost {
+		m.releaseEgress(id)
+	}
+	for _, e := range collect {
+		m.exited(e.id, e.cid, runtime.Exit{Code: e.c.ExitCode, EngineLost: engineLost})
+	}
 	return nil
 }
