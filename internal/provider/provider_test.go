@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -70,7 +71,15 @@ func runTests(m *testing.M) int {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		start := time.Now()
 		dataDir := filepath.Join(dir, "backend")
+		logger, closeLog, err := accBackendLogger()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			cancel()
+			return 1
+		}
+		defer closeLog()
 		b, err := testbackend.New(ctx, testbackend.Config{
+			Logger:  logger,
 			Listen:  "127.0.0.1:0",
 			DataDir: dataDir,
 			Mode:    "real",
@@ -113,6 +122,22 @@ func runTests(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// envAccBackendLog names a file for the acceptance backend's log (info
+// and above): what it did to every sandbox, for a failure that needs it.
+const envAccBackendLog = "RARECLOUD_ACC_BACKEND_LOG"
+
+func accBackendLogger() (*slog.Logger, func(), error) {
+	path := os.Getenv(envAccBackendLog)
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", envAccBackendLog, err)
+	}
+	return slog.New(slog.NewTextHandler(f, nil)), func() { _ = f.Close() }, nil
 }
 
 // cleanupSandboxes deletes what a failed test may have left, so no
