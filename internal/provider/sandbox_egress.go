@@ -31,13 +31,12 @@ const egressModeDescription = "Outbound network access of the sandbox, fixed whe
 	"`ALLOW_LIST` (only the host names in `egress_allowlist` resolve, and only the addresses they resolve to are " +
 	"reachable). Private, loopback and link-local addresses stay blocked in every mode. Left out of the request when " +
 	"not set, so configurations without it work with an API that does not have egress control; an API that has it " +
-	"but not turned on refuses modes other than `ALLOW_ALL`. An extension of API v1. Changing it replaces the sandbox " +
-	"(setting `ALLOW_ALL` where it was not set, or the other way round, does not)."
+	"but not turned on refuses modes other than `ALLOW_ALL`. An extension of API v1."
 
 var egressAllowlistDescription = fmt.Sprintf("With `egress_mode = \"ALLOW_LIST\"` (required there, refused otherwise): "+
 	"the host names the sandbox may reach, 1 to %d of them: names of two or more labels (`pypi.org`) or wildcards "+
 	"(`*.example.com`: every name below `example.com`, not `example.com` itself). Case-insensitive; IP addresses and "+
-	"ranges are refused. An extension of API v1. Changing it replaces the sandbox.", client.MaxEgressAllowlist)
+	"ranges are refused. An extension of API v1.", client.MaxEgressAllowlist)
 
 func egressModeValidators() []validator.String {
 	return []validator.String{stringvalidator.OneOf(egressModes...)}

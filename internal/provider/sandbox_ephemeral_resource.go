@@ -3,14 +3,13 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/ephemeral/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral/schema"
-	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -66,118 +65,7 @@ func (e *sandboxEphemeralResource) Schema(ctx context.Context, _ ephemeral.Schem
 			"It takes the same arguments as the `rarecloud_sandbox` resource, and the provider's `default_labels`. " +
 			"Its results, such as `id`, can be used where Terraform accepts ephemeral values: in write-only " +
 			"arguments such as `env_wo`, provider blocks, `locals`, other ephemeral resources and ephemeral outputs.",
-		Attributes: map[string]schema.Attribute{
-			"id": schema.StringAttribute{
-				MarkdownDescription: "Sandbox id (`sbx-...`).",
-				Computed:            true,
-			},
-			"template": schema.StringAttribute{
-				MarkdownDescription: "Template: what is installed and how big the sandbox is (`base`, `python`, `node`). " +
-					"Defaults to `" + defaultTemplate + "`.",
-				Optional:   true,
-				Computed:   true,
-				Validators: templateValidators(),
-			},
-			"image": schema.StringAttribute{
-				MarkdownDescription: "Public container image to start from instead of the template's own image. " +
-					"The template still sets the size.",
-				Optional:   true,
-				Validators: imageValidators(),
-			},
-			"timeout_ms": schema.Int64Attribute{
-				MarkdownDescription: fmt.Sprintf("Lifetime in milliseconds, from %d (1 s) to %d (24 h). The sandbox is "+
-					"deleted when Terraform closes it, or at `expires_at` if that comes first, for example when Terraform "+
-					"was killed before it could close it. Defaults to %d (5 minutes).",
-					minTimeoutMs, maxTimeoutMs, defaultTimeoutMs),
-				Optional:   true,
-				Computed:   true,
-				Validators: timeoutMsValidators(),
-			},
-			"idle_timeout_ms": schema.Int64Attribute{
-				MarkdownDescription: idleTimeoutDescription,
-				Optional:            true,
-				Validators:          []validator.Int64{idleTimeoutValidator{}},
-			},
-			"idle_expires_at": schema.StringAttribute{
-				MarkdownDescription: "With `idle_timeout_ms`: when the sandbox ends if it has no activity before (RFC 3339), as of opening.",
-				Computed:            true,
-			},
-			"egress_mode": schema.StringAttribute{
-				MarkdownDescription: egressModeDescription,
-				Optional:            true,
-				Validators:          egressModeValidators(),
-			},
-			"egress_allowlist": schema.SetAttribute{
-				MarkdownDescription: egressAllowlistDescription,
-				ElementType:         types.StringType,
-				Optional:            true,
-				Validators:          egressAllowlistValidators(),
-			},
-			"run": schema.BoolAttribute{
-				MarkdownDescription: "Run mode: start the image's own program instead of waiting for commands. " +
-					"Setting `entrypoint` or `command` selects run mode too.",
-				Optional: true,
-				Computed: true,
-			},
-			"entrypoint": schema.ListAttribute{
-				MarkdownDescription: "Run mode: overrides the image's entrypoint (exec form).",
-				ElementType:         types.StringType,
-				Optional:            true,
-				Validators:          argvValidators(),
-			},
-			"command": schema.ListAttribute{
-				MarkdownDescription: "Run mode: overrides the image's command (exec form).",
-				ElementType:         types.StringType,
-				Optional:            true,
-				Validators:          argvValidators(),
-			},
-			"env": schema.MapAttribute{
-				MarkdownDescription: "Environment variables of the sandbox's processes. Like everything of an ephemeral " +
-					"resource they are never stored, so they may hold secrets and ephemeral values.",
-				ElementType: types.StringType,
-				Optional:    true,
-				Sensitive:   true,
-				Validators:  envValidators(),
-			},
-			"labels": schema.MapAttribute{
-				MarkdownDescription: "Labels of the sandbox. The provider's `default_labels` are added; these win for the same key.",
-				ElementType:         types.StringType,
-				Optional:            true,
-				Validators:          labelValidators(),
-			},
-			"effective_labels": schema.MapAttribute{
-				MarkdownDescription: "All labels of the sandbox: the provider's `default_labels` merged with `labels`.",
-				ElementType:         types.StringType,
-				Computed:            true,
-			},
-			"wait_for_exit": schema.BoolAttribute{
-				MarkdownDescription: "Run mode only: wait until the program has exited, so `exit_code` is known. " +
-					"Defaults to `false`: open returns once the sandbox is `running` (or has already exited).",
-				Optional: true,
-				Computed: true,
-			},
-			"status": schema.StringAttribute{
-				MarkdownDescription: "Status when Terraform opened it: `running`, or `exited` in run mode.",
-				Computed:            true,
-			},
-			"created_at": schema.StringAttribute{
-				MarkdownDescription: "When the sandbox was created (RFC 3339).",
-				Computed:            true,
-			},
-			"expires_at": schema.StringAttribute{
-				MarkdownDescription: "When the sandbox stops and is deleted at the latest (RFC 3339): `created_at` plus `timeout_ms`.",
-				Computed:            true,
-			},
-			"exit_code": schema.Int64Attribute{
-				MarkdownDescription: "Run mode: the program's exit code, if it had exited when Terraform opened the sandbox.",
-				Computed:            true,
-			},
-			"env_keys": schema.ListAttribute{
-				MarkdownDescription: "Names of the sandbox's environment variables, sorted, as the API reports them (never the values).",
-				ElementType:         types.StringType,
-				Computed:            true,
-			},
-		},
+		Attributes: ephemeralAttributes(),
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.BlockWithOpts(ctx, timeouts.Opts{
 				OpenDescription: "How long opening may wait for the sandbox to be ready, " +
@@ -235,30 +123,26 @@ func (e *sandboxEphemeralResource) Open(ctx context.Context, req ephemeral.OpenR
 	defer warnIfMocked(&resp.Diagnostics, info)
 	c := e.data.client
 
-	created, err := c.CreateSandbox(ctx, body)
+	sbx, err := createAndAwait(ctx, c, body, m.sandboxModel)
 	if err != nil {
-		addAPIError(&resp.Diagnostics, "Error opening ephemeral sandbox", "", err)
-		return
-	}
-	tflog.Info(ctx, "created ephemeral sandbox", map[string]any{"id": created.ID, "status": created.Status})
-
-	sbx, err := c.WaitSandboxStatus(ctx, created.ID, readyStatuses(m.WaitForExit.ValueBool()), readyFunc(m.WaitForExit.ValueBool()))
-	if err != nil {
-		detail := fmt.Sprintf("Sandbox %s did not become ready: %s.", created.ID, errDetail(err))
-		if client.IsNotFound(err) {
-			detail = fmt.Sprintf("Sandbox %s disappeared before it was ready; with timeout_ms = %d it may have expired already.",
-				created.ID, m.TimeoutMs.ValueInt64())
+		var discarded *discardedError
+		switch {
+		case sbx == nil:
+			addAPIError(&resp.Diagnostics, "Error opening ephemeral sandbox", "", err)
+		case errors.As(err, &discarded):
+			resp.Diagnostics.AddError("Error opening ephemeral sandbox", discarded.Error())
+		case client.IsNotFound(err):
+			resp.Diagnostics.AddError("Error opening ephemeral sandbox", fmt.Sprintf(
+				"Sandbox %s disappeared before it was ready; with timeout_ms = %d it may have expired already.",
+				sbx.ID, m.TimeoutMs.ValueInt64()))
+		default:
+			// Nothing would ever close it: it goes.
+			resp.Diagnostics.AddError("Error opening ephemeral sandbox",
+				discard(ctx, c, sbx.ID, "did not become ready: "+errDetail(err), "").Error())
 		}
-		resp.Diagnostics.AddError("Error opening ephemeral sandbox", detail+" "+deleteAfterFailedOpen(ctx, c, created.ID))
 		return
 	}
 
-	if problem := egressNotApplied(m.sandboxModel, sbx); problem != "" {
-		resp.Diagnostics.AddError("Error opening ephemeral sandbox",
-			fmt.Sprintf("Sandbox %s: %s, so it could reach more of the network than configured. %s",
-				sbx.ID, problem, deleteAfterFailedOpen(ctx, c, sbx.ID)))
-		return
-	}
 	private, err := json.Marshal(privateSandbox{ID: sbx.ID})
 	if err != nil {
 		resp.Diagnostics.AddError("Error opening ephemeral sandbox", err.Error()+" "+deleteAfterFailedOpen(ctx, c, sbx.ID))
@@ -296,7 +180,7 @@ func (e *sandboxEphemeralResource) fillDefaults(ctx context.Context, m *sandboxE
 // deleteAfterFailedOpen deletes a sandbox Open made but cannot hand over,
 // and says how that went, for the error's detail.
 func deleteAfterFailedOpen(ctx context.Context, c *client.Client, id string) string {
-	if err := deleteUnwanted(ctx, c, id, defaultDeleteTimeout); err != nil {
+	if err := deleteUnwanted(ctx, c, id, discardTimeout); err != nil {
 		return "Deleting it failed too, so it lives until its expires_at: " + apiErrorDetail(id, err)
 	}
 	return "It has been deleted."
@@ -331,18 +215,11 @@ func (e *sandboxEphemeralResource) Close(ctx context.Context, req ephemeral.Clos
 	defer warnIfMocked(&resp.Diagnostics, info)
 	c := e.data.client
 
-	start := time.Now()
-	if err := c.DeleteSandbox(ctx, p.ID); err != nil {
-		if client.IsNotFound(err) {
-			tflog.Info(ctx, "ephemeral sandbox already gone", map[string]any{"id": p.ID})
-			return
+	if err := deleteAndAwait(ctx, c, p.ID); err != nil {
+		summary := "Error closing ephemeral sandbox"
+		if client.IsDeleteWaitError(err) {
+			summary = "Error waiting for ephemeral sandbox deletion"
 		}
-		addAPIError(&resp.Diagnostics, "Error closing ephemeral sandbox", p.ID, err)
-		return
+		addAPIError(&resp.Diagnostics, summary, p.ID, err)
 	}
-	if err := c.WaitDeleted(ctx, p.ID); err != nil {
-		addAPIError(&resp.Diagnostics, "Error waiting for ephemeral sandbox deletion", p.ID, err)
-		return
-	}
-	tflog.Info(ctx, "deleted ephemeral sandbox", map[string]any{"id": p.ID, "took": time.Since(start).String()})
 }

@@ -19,8 +19,7 @@ import (
 const idleTimeoutDescription = "Idle timeout in milliseconds: the sandbox ends (`terminated`, reason `idle_timeout`) " +
 	"after this long without activity (commands, code runs, file reads and writes, log reads); `idle_expires_at` says " +
 	"when. `0` or not set: no idle timeout. Otherwise from 90000 (90 s) to 86400000 (24 h). Whichever comes first, " +
-	"`expires_at` or the idle timeout, ends the sandbox. Left out of the request when not set. Changes in place. " +
-	"An extension of API v1."
+	"`expires_at` or the idle timeout, ends the sandbox. Left out of the request when not set. An extension of API v1."
 
 // idleTimeoutValidator accepts 0 (off) or MinIdleTimeoutMs..MaxIdleTimeoutMs:
 // the values the API applies as they are, so the state never differs

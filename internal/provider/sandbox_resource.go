@@ -84,42 +84,18 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 	defer warnIfMocked(&resp.Diagnostics, info)
 	c := r.data.client
 
-	created, err := c.CreateSandbox(ctx, body)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "Error creating sandbox", "", err)
-		return
-	}
-	tflog.Info(ctx, "created sandbox", map[string]any{"id": created.ID, "status": created.Status, "replayed": info.Replayed.Load()})
-	if problem := egressNotApplied(plan.sandboxModel, created); problem != "" {
-		detail := fmt.Sprintf("Sandbox %s: %s, so it could reach more of the network than configured.", created.ID, problem)
-		if derr := deleteUnwanted(ctx, c, created.ID, 2*time.Minute); derr != nil {
-			detail += " Deleting it failed too: " + apiErrorDetail(created.ID, derr)
-		} else {
-			detail += " It has been deleted."
-		}
-		resp.Diagnostics.AddError("Error creating sandbox", detail+
-			" Use an API with egress control, or remove egress_mode and egress_allowlist to accept full outbound access.")
-		return
-	}
-
 	waitForExit := plan.WaitForExit.ValueBool()
-	sbx, err := c.WaitSandboxStatus(ctx, created.ID, readyStatuses(waitForExit), readyFunc(waitForExit))
-	if sbx == nil {
-		sbx = created
-	}
+	sbx, err := createAndAwait(ctx, c, body, plan.sandboxModel)
 	if err != nil {
-		var term errTerminated
-		if errors.As(err, &term) {
-			detail := fmt.Sprintf("Sandbox %s %s.", sbx.ID, err.Error())
-			if derr := deleteUnwanted(ctx, c, sbx.ID, 2*time.Minute); derr != nil {
-				detail += " Deleting it failed too: " + apiErrorDetail(sbx.ID, derr)
-			} else {
-				detail += " It has been deleted."
-			}
-			resp.Diagnostics.AddError("Error creating sandbox", detail)
+		var discarded *discardedError
+		switch {
+		case sbx == nil:
+			addAPIError(&resp.Diagnostics, "Error creating sandbox", "", err)
 			return
-		}
-		if client.IsNotFound(err) {
+		case errors.As(err, &discarded):
+			resp.Diagnostics.AddError("Error creating sandbox", discarded.Error())
+			return
+		case client.IsNotFound(err):
 			resp.Diagnostics.AddError("Error creating sandbox",
 				fmt.Sprintf("Sandbox %s disappeared before it was ready (last status %q); with timeout_ms = %d it may have expired already. %s",
 					sbx.ID, sbx.Status, plan.TimeoutMs.ValueInt64(), apiErrorDetail("", err)))
@@ -138,7 +114,7 @@ func (r *sandboxResource) Create(ctx context.Context, req resource.CreateRequest
 		return
 	}
 
-	tflog.Info(ctx, "sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status})
+	tflog.Info(ctx, "sandbox ready", map[string]any{"id": sbx.ID, "status": sbx.Status, "replayed": info.Replayed.Load()})
 	setStateFromAPI(ctx, &resp.State, &plan, sbx, nil, &resp.Diagnostics)
 	if code, failed := nonzeroExit(sbx); failed && plan.FailOnExit.ValueBool() && waitForExit {
 		// The sandbox is in state: the error makes Terraform mark it
@@ -313,19 +289,13 @@ func (r *sandboxResource) Delete(ctx context.Context, req resource.DeleteRequest
 	c := r.data.client
 	id := state.ID.ValueString()
 
-	if err := c.DeleteSandbox(ctx, id); err != nil {
-		if client.IsNotFound(err) {
-			tflog.Info(ctx, "sandbox already gone", map[string]any{"id": id})
-			return
+	if err := deleteAndAwait(ctx, c, id); err != nil {
+		summary := "Error deleting sandbox"
+		if client.IsDeleteWaitError(err) {
+			summary = "Error waiting for sandbox deletion"
 		}
-		addAPIError(&resp.Diagnostics, "Error deleting sandbox", id, err)
-		return
+		addAPIError(&resp.Diagnostics, summary, id, err)
 	}
-	if err := c.WaitDeleted(ctx, id); err != nil {
-		addAPIError(&resp.Diagnostics, "Error waiting for sandbox deletion", id, err)
-		return
-	}
-	tflog.Info(ctx, "deleted sandbox", map[string]any{"id": id})
 }
 
 var sandboxIDRE = regexp.MustCompile(`^sbx-[A-Za-z0-9_-]+$`)
