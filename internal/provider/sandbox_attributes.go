@@ -80,7 +80,8 @@ type sandboxAttr struct {
 
 const replacesSentence = "Changing it replaces the sandbox."
 
-// sandboxAttrs is the table.
+// sandboxAttrs is the table: one entry per attribute, long because it is
+// the whole schema in one place.
 func sandboxAttrs() map[string]sandboxAttr {
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	return map[string]sandboxAttr{

@@ -70,11 +70,28 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		}()
 	}
 
+	res, err = collectOutput(ctx, hj.Reader, closeConn, req)
+	res.Duration = time.Since(start)
+	if res.TimedOut {
+		return res, nil
+	}
+	if err != nil {
+		return res, d.containerErr("read exec output in", id, err)
+	}
+
+	return d.execExit(ctx, id, created.ID, req, start, res)
+}
+
+// collectOutput reads an exec's multiplexed output into capped buffers
+// until the streams close, ctx ends, or (with a timeout) execGoGrace after
+// the timeout: then it closes the connection and reports TimedOut.
+func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req ExecRequest) (ExecResult, error) {
+	var res ExecResult
 	stdout := &capBuffer{max: req.MaxOutput}
 	stderr := &capBuffer{max: req.MaxOutput}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		_, err := stdcopy.StdCopy(stdout, stderr, r)
 		copied <- err
 	}()
 
@@ -85,33 +102,23 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		deadline = timer.C
 	}
 	var waitErr error
-	goTimedOut := false
 	select {
 	case err := <-copied:
 		if err != nil && !errors.Is(err, io.EOF) {
 			waitErr = err
 		}
 	case <-deadline:
-		goTimedOut = true
+		res.TimedOut = true
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	}
-	if goTimedOut || waitErr != nil {
+	if res.TimedOut || waitErr != nil {
 		closeConn()
 		<-copied //nolint:errcheck // the copy ends with the connection; its error says nothing new
 	}
-	res.Duration = time.Since(start)
 	res.Stdout, res.StdoutTruncated = stdout.bytes()
 	res.Stderr, res.StderrTruncated = stderr.bytes()
-	if goTimedOut {
-		res.TimedOut = true
-		return res, nil
-	}
-	if waitErr != nil {
-		return res, d.containerErr("read exec output in", id, waitErr)
-	}
-
-	return d.execExit(ctx, id, created.ID, req, start, res)
+	return res, waitErr
 }
 
 // execExit completes res with the exit of a direct engine exec whose

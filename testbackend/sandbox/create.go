@@ -167,55 +167,11 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		image = req.Image
 	}
 	if m.cfg.Mode == ModeReal {
-		if err := m.EngineAvailable(ctx); err != nil {
+		if err := m.ensureImage(ctx, image); err != nil {
 			return CreateResult{}, err
 		}
-		pullCtx, cancel := context.WithTimeout(ctx, m.cfg.PullTimeout)
-		err := m.rt.EnsureImage(pullCtx, image)
-		cancel()
-		if err != nil {
-			if errors.Is(err, runtime.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-				return CreateResult{}, errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
-			}
-			return CreateResult{}, m.mapRuntimeErr("", err)
-		}
 	}
-
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	sb := &store.Sandbox{
-		ID:         newID(),
-		Account:    account,
-		Status:     StatusPending,
-		Template:   tpl.Name,
-		Image:      image,
-		CreatedAt:  now,
-		TimeoutMs:  *req.TimeoutMs,
-		ExpiresAt:  now.Add(time.Duration(*req.TimeoutMs) * time.Millisecond),
-		RunMode:    req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0,
-		Entrypoint: req.Entrypoint,
-		Cmd:        req.Cmd,
-		Env:        req.Env,
-		EnvKeys:    sortedKeys(req.Env),
-		Labels:     req.Labels,
-
-		EgressMode:      req.EgressMode,
-		EgressAllowlist: req.EgressAllowlist,
-
-		IdleTimeoutMs: req.idleMs,
-	}
-	if idem != nil {
-		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
-	}
-	if m.cfg.Mode == ModeTest {
-		// Test mode: no container; the sandbox runs at once, and a run-mode
-		// program "exits" at once without executing anything.
-		sb.Status, sb.Env = StatusRunning, nil
-		m.startIdleClockLocked(sb, now)
-		if sb.RunMode {
-			code := 0
-			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
-		}
-	}
+	sb := m.newRecord(account, tpl, image, req, idem)
 
 	m.mu.Lock()
 	if err := m.checkCapacityLocked(account, tpl); err != nil {
@@ -263,6 +219,65 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		}
 	}
 	return CreateResult{Sandbox: view(sb)}, nil
+}
+
+// ensureImage makes the image present (a pull within PullTimeout when the
+// policy allows one), once the engine answers.
+func (m *Manager) ensureImage(ctx context.Context, image string) error {
+	if err := m.EngineAvailable(ctx); err != nil {
+		return err
+	}
+	pullCtx, cancel := context.WithTimeout(ctx, m.cfg.PullTimeout)
+	err := m.rt.EnsureImage(pullCtx, image)
+	cancel()
+	if err != nil {
+		if errors.Is(err, runtime.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+			return errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
+		}
+		return m.mapRuntimeErr("", err)
+	}
+	return nil
+}
+
+// newRecord is the record of a new sandbox: pending, or in test mode
+// running (or, in run mode, exited) at once.
+func (m *Manager) newRecord(account string, tpl Template, image string, req CreateRequest, idem *store.Idempotency) *store.Sandbox {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	sb := &store.Sandbox{
+		ID:         newID(),
+		Account:    account,
+		Status:     StatusPending,
+		Template:   tpl.Name,
+		Image:      image,
+		CreatedAt:  now,
+		TimeoutMs:  *req.TimeoutMs,
+		ExpiresAt:  now.Add(time.Duration(*req.TimeoutMs) * time.Millisecond),
+		RunMode:    req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0,
+		Entrypoint: req.Entrypoint,
+		Cmd:        req.Cmd,
+		Env:        req.Env,
+		EnvKeys:    sortedKeys(req.Env),
+		Labels:     req.Labels,
+
+		EgressMode:      req.EgressMode,
+		EgressAllowlist: req.EgressAllowlist,
+
+		IdleTimeoutMs: req.idleMs,
+	}
+	if idem != nil {
+		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
+	}
+	if m.cfg.Mode == ModeTest {
+		// Test mode: no container; the sandbox runs at once, and a run-mode
+		// program "exits" at once without executing anything.
+		sb.Status, sb.Env = StatusRunning, nil
+		m.startIdleClockLocked(sb, now)
+		if sb.RunMode {
+			code := 0
+			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
+		}
+	}
+	return sb
 }
 
 // startAsyncLocked starts the sandbox's container in the background; the

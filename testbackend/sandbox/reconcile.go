@@ -25,12 +25,46 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		return err
 	}
 	seen := indexContainers(containers)
-
-	var remove []string
-	var restart []*store.Sandbox
-	var suspects []suspect
-	var poolSuspects []string
 	m.mu.Lock()
+	plan := m.judgeLocked(containers, seen)
+	m.mu.Unlock()
+
+	for _, id := range plan.remove {
+		if err := m.rt.Remove(ctx, id); err != nil {
+			return err
+		}
+		if sid := seen.byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
+			m.releaseEgress(sid)
+		}
+	}
+	if err := m.judgeSuspects(ctx, plan.suspects, plan.poolSuspects); err != nil {
+		return err
+	}
+	// Removal above must finish before a new container takes the name.
+	m.mu.Lock()
+	for _, sb := range plan.restart {
+		if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
+			m.startAsyncLocked(sb)
+		}
+	}
+	m.mu.Unlock()
+	m.fillPools()
+	return nil
+}
+
+// reconcilePlan is the first judgement of a reconcile: what goes, what
+// starts again, and what the second list decides.
+type reconcilePlan struct {
+	remove       []string         // containers without a live record, or of a start cut short
+	restart      []*store.Sandbox // pending records whose start was cut short
+	suspects     []suspect        // running records whose container the list does not show running
+	poolSuspects []string         // ready warm containers missing from the list
+}
+
+// judgeLocked judges records and warm pools on the engine's first list.
+// Running sandboxes whose container it shows running are watched again.
+func (m *Manager) judgeLocked(containers []runtime.Container, seen containerIndex) reconcilePlan {
+	var plan reconcilePlan
 	claimed := map[string]bool{}
 	for _, sb := range m.boxes {
 		if sb.ContainerID != "" {
@@ -45,12 +79,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			if claimed[c.ID] || (p != nil && (p.names[strings.TrimPrefix(c.Name, "/")] || (c.Running && slices.Contains(p.ready, c.ID)))) {
 				continue
 			}
-			remove = append(remove, c.ID)
+			plan.remove = append(plan.remove, c.ID)
 			continue
 		}
 		sb := m.boxes[c.Labels[runtime.LabelSandboxID]]
 		if sb == nil || sb.Status == StatusExited || sb.Status == StatusTerminated {
-			remove = append(remove, c.ID)
+			plan.remove = append(plan.remove, c.ID)
 		}
 	}
 	for _, p := range m.pools {
@@ -60,7 +94,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		p.ready = slices.DeleteFunc(p.ready, func(id string) bool {
 			c, ok := seen.byID[id]
 			if !ok {
-				poolSuspects = append(poolSuspects, id)
+				plan.poolSuspects = append(plan.poolSuspects, id)
 			}
 			return ok && !c.Running
 		})
@@ -73,40 +107,18 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				continue // its start is in flight
 			}
 			if ok {
-				remove = append(remove, c.ID)
+				plan.remove = append(plan.remove, c.ID)
 			}
-			restart = append(restart, sb)
+			plan.restart = append(plan.restart, sb)
 		case StatusRunning:
 			if !ok || !c.Running {
-				suspects = append(suspects, suspect{sb: sb, cid: sb.ContainerID})
+				plan.suspects = append(plan.suspects, suspect{sb: sb, cid: sb.ContainerID})
 				continue
 			}
 			m.adoptLocked(sb, c)
 		}
 	}
-	m.mu.Unlock()
-
-	for _, id := range remove {
-		if err := m.rt.Remove(ctx, id); err != nil {
-			return err
-		}
-		if sid := seen.byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
-			m.releaseEgress(sid)
-		}
-	}
-	if err := m.judgeSuspects(ctx, suspects, poolSuspects); err != nil {
-		return err
-	}
-	// Removal above must finish before a new container takes the name.
-	m.mu.Lock()
-	for _, sb := range restart {
-		if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
-			m.startAsyncLocked(sb)
-		}
-	}
-	m.mu.Unlock()
-	m.fillPools()
-	return nil
+	return plan
 }
 
 // suspect is a running sandbox whose container the first list of a

@@ -108,11 +108,19 @@ func measureFloor(ctx context.Context, o options, f *floorRig) (map[string]*row,
 		_ = d.Remove(ctx, id)
 	}
 
-	// Concurrency: the same 20 at once the API rows use.
+	f.measureConcurrency(ctx, out)
+	return out, nil
+}
+
+// measureConcurrency measures the floor's concurrency rows: 20 raw starts
+// at once, the same 20 the API rows use, then 500 execs over them, 20 at
+// once.
+func (f *floorRig) measureConcurrency(ctx context.Context, out map[string]*row) {
+	d := f.d
 	ids := make([]string, 20)
 	var mu sync.Mutex
 	var samples []time.Duration
-	errs = 0
+	errs := 0
 	var wg sync.WaitGroup
 	for i := range ids {
 		wg.Add(1)
@@ -146,5 +154,4 @@ func measureFloor(ctx context.Context, o options, f *floorRig) (map[string]*row,
 		go func() { defer wg.Done(); _ = d.Remove(ctx, id) }()
 	}
 	wg.Wait()
-	return out, nil
 }
