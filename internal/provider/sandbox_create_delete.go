@@ -66,7 +66,7 @@ func createAndAwait(ctx context.Context, c *client.Client, body client.CreateSan
 	if sbx == nil {
 		sbx = created
 	}
-	if term := (errTerminated{}); errors.As(err, &term) {
+	if term := (terminatedError{}); errors.As(err, &term) {
 		return sbx, discard(ctx, c, sbx.ID, err.Error(), "")
 	}
 	return sbx, err

@@ -243,7 +243,7 @@ func (r *sandboxResource) Update(ctx context.Context, req resource.UpdateRequest
 	sbx, err := c.WaitSandboxStatus(ctx, id, readyStatuses(waitForExit), readyFunc(waitForExit))
 	if err != nil {
 		if sbx != nil {
-			var term errTerminated
+			var term terminatedError
 			if !errors.As(err, &term) {
 				sandboxModelFromAPI(ctx, &state, sbx, nil, &resp.Diagnostics)
 				resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)

@@ -9,10 +9,10 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 )
 
-// errTerminated is returned by the wait when the sandbox ended abnormally.
-type errTerminated struct{ reason string }
+// terminatedError is returned by the wait when the sandbox ended abnormally.
+type terminatedError struct{ reason string }
 
-func (e errTerminated) Error() string {
+func (e terminatedError) Error() string {
 	if e.reason == "" {
 		return "the sandbox terminated (no reason given)"
 	}
@@ -25,10 +25,10 @@ func readyFunc(waitForExit bool) func(*client.Sandbox) (bool, error) {
 	return func(s *client.Sandbox) (bool, error) {
 		switch s.Status {
 		case client.StatusTerminated:
-			return false, errTerminated{reason: s.TerminationReason}
+			return false, terminatedError{reason: s.TerminationReason}
 		case client.StatusExited:
 			if !s.RunMode {
-				return false, errTerminated{reason: "exited although not in run mode"}
+				return false, terminatedError{reason: "exited although not in run mode"}
 			}
 			return true, nil
 		case client.StatusRunning:
