@@ -180,7 +180,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	}
 	var claimed string
 	if m.cfg.Mode == ModeReal {
-		if claimed = m.claimLocked(tpl, req, image); claimed != "" {
+		if claimed = m.claimLocked(sb.ID, tpl, req, image); claimed != "" {
 			sb.Status, sb.ContainerID = StatusRunning, claimed
 			m.startIdleClockLocked(sb, time.Now())
 		}

@@ -216,6 +216,7 @@ func (m *Manager) activity(account, id string) func() {
 		if m.busy[id]--; m.busy[id] <= 0 {
 			delete(m.busy, id)
 		}
+		m.refillOwedLocked(id) // the first operation has answered: the pool may refill (pool.go)
 		if live := m.boxes[id]; live == sb {
 			m.touchLocked(sb)
 			if sb.Status == StatusRunning && !m.expiring[id] {

@@ -52,6 +52,11 @@ type Config struct {
 	MaxProcs int64
 	// PoolSize is how many warm containers each template keeps; 0 for none.
 	PoolSize int
+	// RefillDelay is how long the refill after a claim waits for the
+	// claimed sandbox's first operation to end, so that starting a warm
+	// container does not take the CPU that operation needs; default
+	// DefaultRefillDelay, negative for a refill at once.
+	RefillDelay time.Duration
 	// VCPULimit caps the vCPUs of each account's live sandboxes (default
 	// DefaultVCPULimit); AccountVCPULimits overrides it per account.
 	VCPULimit         float64
@@ -88,6 +93,7 @@ type Manager struct {
 	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
+	refills  map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
 	// changed holds, per sandbox, a channel closed at its next status change.
 	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.
@@ -135,6 +141,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
+	if cfg.RefillDelay == 0 {
+		cfg.RefillDelay = DefaultRefillDelay
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,6 +165,7 @@ func New(cfg Config) (*Manager, error) {
 		busy:      map[string]int{},
 		idem:      map[string]*idemEntry{},
 		pools:     map[string]*warmPool{},
+		refills:   map[string]*deferredRefill{},
 		changed:   map[string]chan struct{}{},
 
 		poolChanged: make(chan struct{}),

@@ -24,7 +24,7 @@ type warmPool struct {
 // claimLocked takes a warm container for the request, or returns "". A
 // request with environment variables never gets one: its container must
 // start with them, so that the record need not keep their values.
-func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) string {
+func (m *Manager) claimLocked(sandboxID string, tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
 	// A restricted sandbox starts cold: its rules are keyed on an address
 	// chosen before its container exists (egress_start.go).
@@ -33,8 +33,44 @@ func (m *Manager) claimLocked(tpl Template, req CreateRequest, image string) str
 	}
 	cid := p.ready[0]
 	p.ready = p.ready[1:]
-	m.refillLocked(tpl.Name)
+	m.deferRefillLocked(sandboxID, tpl.Name)
 	return cid
+}
+
+// DefaultRefillDelay is the longest a claim's refill waits for the
+// claimed sandbox's first operation.
+const DefaultRefillDelay = time.Second
+
+// deferredRefill is the refill a claim owes its pool: it starts when the
+// claimed sandbox's first operation ends (activity, lifetime.go), or at
+// the latest when the timer fires. On two cores, a warm container's start
+// (a gVisor boot) would otherwise take the CPU of that first command.
+type deferredRefill struct {
+	template string
+	timer    *time.Timer
+}
+
+func (m *Manager) deferRefillLocked(sandboxID, template string) {
+	if m.cfg.RefillDelay < 0 {
+		m.refillLocked(template)
+		return
+	}
+	m.refills[sandboxID] = &deferredRefill{template: template, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.refillOwedLocked(sandboxID)
+	})}
+}
+
+// refillOwedLocked starts the refill a claim by sandboxID owes, if any.
+func (m *Manager) refillOwedLocked(sandboxID string) {
+	r := m.refills[sandboxID]
+	if r == nil {
+		return
+	}
+	r.timer.Stop()
+	delete(m.refills, sandboxID)
+	m.refillLocked(r.template)
 }
 
 // refillLocked starts containers until the template's pool is full.

@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+func startPoolManager(t *testing.T, refillDelay time.Duration) (*Manager, *fakeRuntime) {
+	t.Helper()
+	rt := newFakeRuntime()
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, PoolSize: 1, RefillDelay: refillDelay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	awaitWarm(t, m)
+	return m, rt
+}
+
+func (f *fakeRuntime) started() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.next
+}
+
+// TestClaimRefillsAfterTheFirstOperation: the warm container a create
+// claims is replaced only once the sandbox's first command has answered,
+// so the replacement's start does not compete with that command.
+func TestClaimRefillsAfterTheFirstOperation(t *testing.T) {
+	m, rt := startPoolManager(t, time.Hour) // the fallback never fires in this test
+	before := rt.started()
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.Status != StatusRunning {
+		t.Fatalf("create with a warm pool: %s, want running at once", res.Sandbox.Status)
+	}
+	if n := m.PoolReady("base"); n != 0 || rt.started() != before {
+		t.Fatalf("after the claim: %d ready, %d containers started; want the refill to wait for the first command", n, rt.started()-before)
+	}
+	if _, err := m.Command(context.Background(), "acct", res.Sandbox.ID, "echo hi", nil); err != nil {
+		t.Fatal(err)
+	}
+	awaitWarm(t, m)
+	if n := rt.started() - before; n != 1 {
+		t.Fatalf("%d containers started for one claim, want 1", n)
+	}
+}
+
+// TestClaimRefillsAfterTheDelayWithoutOperations: a claimed sandbox that
+// is never used still gets its pool refilled, after RefillDelay.
+func TestClaimRefillsAfterTheDelayWithoutOperations(t *testing.T) {
+	m, _ := startPoolManager(t, 10*time.Millisecond)
+	if _, err := m.Create(context.Background(), "acct", "", CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitWarm(t, m)
+}
+
+// TestClaimRefillsAtOnceWhenAsked: a negative RefillDelay refills at the claim.
+func TestClaimRefillsAtOnceWhenAsked(t *testing.T) {
+	m, rt := startPoolManager(t, -1)
+	before := rt.started()
+	if _, err := m.Create(context.Background(), "acct", "", CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	filling := m.pools["base"].filling + len(m.pools["base"].ready)
+	m.mu.Unlock()
+	if filling != 1 && rt.started() == before {
+		t.Fatalf("no refill under way right after the claim")
+	}
+}
