@@ -16,8 +16,9 @@ import (
 )
 
 // TestLoad keeps many sandboxes alive and sends commands to them from
-// concurrent clients. `make test` runs a small version; `make soak` sets
-// RARECLOUD_SOAK=1 for 50 sandboxes and 2,000 commands. Nothing may fail
+// concurrent clients. `make test` runs a small version; RARECLOUD_SOAK=1
+// runs it at the soak's size (50 sandboxes, 2,000 commands; `make soak`
+// runs the bench's soak, which measures the floor beside it). Nothing may fail
 // except documented back-pressure (429 with Retry-After, retried), and
 // afterwards no container, goroutine or file descriptor may be left.
 // Not parallel: it counts the process's goroutines and descriptors.

@@ -22,6 +22,8 @@ type options struct {
 	n         int
 	pool      int
 	terraform bool
+	soak      bool
+	so        soakOptions
 }
 
 func main() {
@@ -30,6 +32,11 @@ func main() {
 	flag.IntVar(&o.n, "n", 20, "samples per row")
 	flag.IntVar(&o.pool, "pool", 2, "warm containers per template in the warm backend (2 is the backend's default)")
 	flag.BoolVar(&o.terraform, "terraform", true, "measure terraform apply/destroy of 10 sandboxes")
+	flag.BoolVar(&o.soak, "soak", false, "run the soak instead: many sandboxes, many clients, beside the floor (soak.md, soak.json)")
+	flag.IntVar(&o.so.sandboxes, "soak-sandboxes", 50, "soak: sandboxes (and raw containers for the floor)")
+	flag.IntVar(&o.so.commands, "soak-commands", 2000, "soak: commands")
+	flag.IntVar(&o.so.clients, "soak-clients", 40, "soak: concurrent clients (and concurrent execs for the floor)")
+	flag.IntVar(&o.so.maxInFlight, "soak-max-in-flight", 20, "soak: the backend's --max-in-flight (past it requests queue, then 429)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: ", err)
@@ -46,6 +53,9 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	if o.soak {
+		return runSoak(o, o.so, work)
+	}
 	s, err := startSession(context.Background(), o, work)
 	if err != nil {
 		return err

@@ -20,14 +20,14 @@ type backend struct {
 	url  string
 }
 
-func startBackend(bin, tokens, data string, pool int, logDir string) (*backend, error) {
+func startBackend(bin, tokens, data string, pool int, logDir string, extra ...string) (*backend, error) {
 	logf, err := os.Create(filepath.Join(logDir, "backend-"+filepath.Base(data)+".log"))
 	if err != nil {
 		return nil, err
 	}
 	p, err := backendproc.Start(backendproc.Options{
 		Binary: bin,
-		Args:   []string{"--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", strconv.Itoa(pool), "--log-level", "warn"},
+		Args:   append([]string{"--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", strconv.Itoa(pool), "--log-level", "warn"}, extra...),
 		Log:    logf,
 	})
 	if err != nil {

@@ -33,7 +33,11 @@ func machine() string {
 	return fmt.Sprintf("%d vCPU (%s), %s RAM, Linux %s, %s", runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), runtime.Version())
 }
 
-func writeReport(rep *report, dir string) error {
+func writeReport(rep *report, dir string) error { return writeReportAs(rep, dir, "results") }
+
+// writeReportAs prints the report and writes it as <base>.md and
+// <base>.json into dir.
+func writeReportAs(rep *report, dir, base string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Machine: %s\nDate: %s\n\n", rep.Machine, rep.Date)
 	fmt.Fprintf(&b, "| operation | count | errors | p50 ms | p95 ms | max ms | ratio p50 / p95 to |\n|---|---:|---:|---:|---:|---:|---|\n")
@@ -57,12 +61,12 @@ func writeReport(rep *report, dir string) error {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	fmt.Print(b.String())
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, base+".md"), b.Bytes(), 0o644); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644)
+	return os.WriteFile(filepath.Join(dir, base+".json"), data, 0o644)
 }

@@ -31,16 +31,10 @@ type session struct {
 func startSession(ctx context.Context, o options, work string) (*session, error) {
 	s := &session{ctx: ctx, o: o, work: work, byName: map[string]*row{},
 		rep: &report{Date: time.Now().UTC().Format(time.RFC3339), Memory: map[string]string{}, Machine: machine()}}
-	fmt.Fprintln(os.Stderr, "bench: building the backend")
-	bin := filepath.Join(work, "rarecloud-testbackend")
-	if err := backendproc.Build(ctx, bin); err != nil {
+	bin, tokens, err := prepareBackend(ctx, work)
+	if err != nil {
 		return nil, err
 	}
-	tokens := filepath.Join(work, "tokens.json")
-	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+token+`","account":"bench","scopes":["services:read","services:write"]}]}`), 0o600); err != nil {
-		return nil, err
-	}
-	var err error
 	if s.warm, err = startBackend(bin, tokens, filepath.Join(work, "warm"), o.pool, o.out); err != nil {
 		return nil, err
 	}
@@ -68,6 +62,18 @@ func startSession(ctx context.Context, o options, work string) (*session, error)
 	s.rep.Memory["backend RSS, idle (warm pool full)"] = backendproc.RSS(s.warm.proc.Pid())
 	s.wc, s.cc = s.warm.client(), s.cold.client()
 	return s, nil
+}
+
+// prepareBackend builds the backend binary and writes the bench's tokens file.
+func prepareBackend(ctx context.Context, work string) (bin, tokens string, err error) {
+	fmt.Fprintln(os.Stderr, "bench: building the backend")
+	bin = filepath.Join(work, "rarecloud-testbackend")
+	if err := backendproc.Build(ctx, bin); err != nil {
+		return "", "", err
+	}
+	tokens = filepath.Join(work, "tokens.json")
+	err = os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+token+`","account":"bench","scopes":["services:read","services:write"]}]}`), 0o600)
+	return bin, tokens, err
 }
 
 func (s *session) close() {
