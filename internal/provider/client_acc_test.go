@@ -215,6 +215,17 @@ func skipUnlessAcc(t *testing.T) {
 	testAccPreCheck(t)
 }
 
+// parallelAcc is skipUnlessAcc for a test that calls the API before its
+// resource.Test: it waits for the parallel phase first. Made before the
+// barrier, a sandbox (5 minutes of lifetime by default) would wait there
+// while the package's sequential tests run, and can expire before its
+// test resumes (TestSetupBeforeTheParallelBarrier).
+func parallelAcc(t *testing.T) {
+	t.Helper()
+	skipUnlessAcc(t)
+	t.Parallel()
+}
+
 func idOf(s *client.Sandbox) string {
 	if s == nil {
 		return "<nil>"

@@ -27,7 +27,7 @@ const examplesDir = "../../examples/"
 // TestAccExample_sandboxDataSources applies the examples of
 // rarecloud_sandbox and rarecloud_sandboxes to sandboxes made through the API.
 func TestAccExample_sandboxDataSources(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)
@@ -50,7 +50,7 @@ func TestAccExample_sandboxDataSources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{

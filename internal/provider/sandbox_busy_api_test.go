@@ -17,7 +17,7 @@ import (
 // written and the command run: the resources keep retrying, as the API
 // asks, until their timeout.
 func TestAccSandboxFile_busyAPI(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)
@@ -28,7 +28,7 @@ func TestAccSandboxFile_busyAPI(t *testing.T) {
 	t.Cleanup(func() { _ = c.DeleteSandbox(context.Background(), s.ID) })
 	proxy := newFaultProxy(t, 0)
 	proxy.busyEach = 8
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{

@@ -266,7 +266,7 @@ resource "rarecloud_sandbox_command" "gate" {
 // TestAccSandboxCommand_errors: what cannot run is refused at plan or
 // fails the apply with what to change, and nothing is stored.
 func TestAccSandboxCommand_errors(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)
@@ -282,7 +282,7 @@ func TestAccSandboxCommand_errors(t *testing.T) {
 		return "resource \"rarecloud_sandbox_command\" \"c\" {\n  sandbox_id = \"sbx-doesnotmatter0\"\n" + body + "\n}\n"
 	}
 	plan := func(s resource.TestStep) resource.TestStep { s.PlanOnly = true; return s }
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             testAccCheckSandboxDestroyed,

@@ -188,7 +188,7 @@ output "base_ids_match" {
 // TestAccSandboxDataSource_notFound: reading a sandbox that does not exist,
 // or that belongs to another account, fails with an error naming the id.
 func TestAccSandboxDataSource_notFound(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	other := testClient(tokenB)
@@ -197,7 +197,7 @@ func TestAccSandboxDataSource_notFound(t *testing.T) {
 		t.Fatalf("creating account B's sandbox: %v", err)
 	}
 	t.Cleanup(func() { _ = other.DeleteSandbox(context.Background(), sbx.ID) })
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{

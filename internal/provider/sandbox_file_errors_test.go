@@ -87,7 +87,7 @@ func TestSandboxFileContentValidator(t *testing.T) {
 // that has exited (run mode) and a target that is a directory fail the
 // apply with what to change, and nothing is stored.
 func TestAccSandboxFile_applyErrors(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)
@@ -99,7 +99,7 @@ func TestAccSandboxFile_applyErrors(t *testing.T) {
 	if _, err := c.WaitSandbox(ctx, job.ID, func(s *client.Sandbox) (bool, error) { return s.Status == client.StatusExited, nil }); err != nil {
 		t.Fatal(err)
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             testAccCheckSandboxDestroyed,
@@ -142,7 +142,7 @@ resource "rarecloud_sandbox_file" "f" {
 // TestAccSandboxFile_pendingSandbox: a sandbox the API still reports as
 // pending is waited for; one that stays pending fails at the timeout.
 func TestAccSandboxFile_pendingSandbox(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)
@@ -158,7 +158,7 @@ func TestAccSandboxFile_pendingSandbox(t *testing.T) {
 	proxy := newFaultProxy(t, 0)
 	proxy.holdPending(ids[0], 4)
 	proxy.holdPending(ids[1], -1)
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
