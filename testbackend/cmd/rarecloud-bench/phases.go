@@ -118,12 +118,12 @@ func (s *session) terraform() error {
 	if err := s.settle(); err != nil {
 		return err
 	}
-	apply, destroy, err := terraformRows(s.ctx, s.warm, s.work)
-	if err != nil {
+	// A failed Terraform run is a note of the report, not the end of the bench.
+	if apply, destroy, err := terraformRows(s.ctx, s.warm, s.work); err != nil {
 		s.rep.Notes = append(s.rep.Notes, "terraform: "+err.Error())
-		return nil
+	} else {
+		s.add(apply, "")
+		s.add(destroy, apply.Name)
 	}
-	s.add(apply, "")
-	s.add(destroy, apply.Name)
 	return nil
 }
