@@ -256,10 +256,7 @@ func (c *soakClient) createAll(ctx context.Context, n int) ([]string, error) {
 			}
 			if err == nil {
 				ids[i] = env.Data.ID
-				status, data, err = c.do(ctx, http.MethodGet, "/sandboxes/"+env.Data.ID+"?waitFor=running", nil)
-				if err == nil && (status != http.StatusOK || !bytes.Contains(data, []byte(`"status":"running"`))) {
-					err = fmt.Errorf("sandbox %s not running: HTTP %d: %s", env.Data.ID, status, data)
-				}
+				err = c.awaitRunning(ctx, env.Data.ID)
 			}
 			errs[i] = err
 		}()
@@ -271,6 +268,23 @@ func (c *soakClient) createAll(ctx context.Context, n int) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// awaitRunning long-polls until the sandbox runs: each poll answers after
+// at most 30 s, still pending when 50 cold starts share two cores.
+func (c *soakClient) awaitRunning(ctx context.Context, id string) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		status, data, err := c.do(ctx, http.MethodGet, "/sandboxes/"+id+"?waitFor=running", nil)
+		switch {
+		case err != nil:
+			return err
+		case status == http.StatusOK && bytes.Contains(data, []byte(`"status":"running"`)):
+			return nil
+		case status != http.StatusOK || !bytes.Contains(data, []byte(`"status":"pending"`)) || time.Now().After(deadline):
+			return fmt.Errorf("sandbox %s not running: HTTP %d: %s", id, status, data)
+		}
+	}
 }
 
 // command runs "echo i" and checks its output.
