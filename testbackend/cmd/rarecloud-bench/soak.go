@@ -74,6 +74,12 @@ func runSoak(o options, so soakOptions, work string) error {
 	memBefore := memAvailableKB()
 	start := time.Now()
 	ids, err := h.createAll(ctx, so.sandboxes)
+	deleted := false
+	defer func() {
+		if !deleted { // an error below: what was made goes all the same
+			h.deleteAll(ctx, ids)
+		}
+	}()
 	if err != nil {
 		return err
 	}
@@ -92,11 +98,8 @@ func runSoak(o options, so soakOptions, work string) error {
 	apiRow.Floor, apiRow.Ratio, apiRow.RatioP95 = floorRow.Name, apiRow.P50/floorRow.P50, apiRow.P95/floorRow.P95
 	rep.Rows = append(rep.Rows, apiRow, floorRow)
 
-	for _, id := range ids {
-		if err := h.delete(ctx, id); err != nil {
-			fmt.Fprintf(os.Stderr, "soak: delete %s: %v\n", id, err)
-		}
-	}
+	h.deleteAll(ctx, ids)
+	deleted = true
 	b.stop() // waits for the background removals, then drains the pool
 	stopped = true
 	res.Leaked = leftContainers(ctx, rig, testbackend.InstanceID(data))
@@ -302,6 +305,18 @@ func (c *soakClient) command(ctx context.Context, id string, i int) error {
 		return fmt.Errorf("command in %s: HTTP %d: %s", id, status, data)
 	}
 	return nil
+}
+
+// deleteAll deletes the sandboxes, saying which could not be.
+func (c *soakClient) deleteAll(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if err := c.delete(ctx, id); err != nil {
+			fmt.Fprintf(os.Stderr, "soak: delete %s: %v\n", id, err)
+		}
+	}
 }
 
 func (c *soakClient) delete(ctx context.Context, id string) error {
