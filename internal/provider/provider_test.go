@@ -233,7 +233,9 @@ var (
 	rfc3339RE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$`)
 )
 
-func TestProviderSchema(t *testing.T) {
+// providerSchema is the provider's schema as served to Terraform.
+func providerSchema(t *testing.T) *tfprotov6.GetProviderSchemaResponse {
+	t.Helper()
 	srv, err := testAccProtoV6ProviderFactories["rarecloud"]()
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +244,11 @@ func TestProviderSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+func TestProviderSchema(t *testing.T) {
+	resp := providerSchema(t)
 	for _, d := range resp.Diagnostics {
 		t.Errorf("schema diagnostic: %s: %s", d.Summary, d.Detail)
 	}

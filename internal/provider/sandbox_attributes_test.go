@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -14,14 +13,7 @@ import (
 // resource has, each of the same type, flags and shared description, as
 // served to Terraform.
 func TestSandboxKindsShareOneAttributeTable(t *testing.T) {
-	srv, err := testAccProtoV6ProviderFactories["rarecloud"]()
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := srv.GetProviderSchema(context.Background(), &tfprotov6.GetProviderSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := providerSchema(t)
 	byName := func(s *tfprotov6.Schema) map[string]*tfprotov6.SchemaAttribute {
 		out := map[string]*tfprotov6.SchemaAttribute{}
 		for _, a := range s.Block.Attributes {

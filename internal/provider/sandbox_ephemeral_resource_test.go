@@ -669,14 +669,7 @@ func TestSandboxEphemeralValidation(t *testing.T) {
 // TestProviderSchemaEphemeralAndWriteOnly: the ephemeral resource and the
 // new data sources are served, and env_wo is write-only and sensitive.
 func TestProviderSchemaEphemeralAndWriteOnly(t *testing.T) {
-	srv, err := testAccProtoV6ProviderFactories["rarecloud"]()
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := srv.GetProviderSchema(context.Background(), &tfprotov6.GetProviderSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := providerSchema(t)
 	if _, ok := resp.EphemeralResourceSchemas["rarecloud_sandbox"]; !ok {
 		t.Error("ephemeral rarecloud_sandbox missing")
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
@@ -99,21 +98,13 @@ func reconcileOnStaleList(t *testing.T, m *Manager, rt *staleListRuntime, during
 	})
 }
 
-// awaitWarm waits until every pool has a ready container.
+// awaitWarm waits until every template's pool is full (the manager's own
+// WaitPoolFull, bounded).
 func awaitWarm(t *testing.T, m *Manager) {
 	t.Helper()
-	within(t, "a warm container", func() {
-		for {
-			m.mu.Lock()
-			ready := len(m.pools) > 0
-			for _, p := range m.pools {
-				ready = ready && len(p.ready) > 0
-			}
-			m.mu.Unlock()
-			if ready {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+	within(t, "a full warm pool", func() {
+		if err := m.WaitPoolFull(context.Background()); err != nil {
+			t.Error(err)
 		}
 	})
 }
