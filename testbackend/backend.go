@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -100,7 +100,7 @@ type Backend struct {
 	devTokenNew bool
 	srv         *http.Server
 	mgr         *sandbox.Manager
-	rt          runtime.Runtime
+	rt          container.Runtime
 	lease       *lease
 	egress      *egress.Controller
 	egressWhy   string // why there is no egress control
@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err := checkFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
-		b.rt, err = runtime.NewDocker(runtime.DockerOptions{
+		b.rt, err = container.NewDocker(container.DockerOptions{
 			Host:        cfg.DockerHost,
 			RuntimeName: cfg.Runtime,
 			Network:     cfg.Network,
@@ -340,7 +340,7 @@ func (b *Backend) DevToken() string { return b.devToken }
 func (b *Backend) DevTokenCreated() bool { return b.devTokenNew }
 
 // Runtime exposes the engine client (nil in test mode), for tests.
-func (b *Backend) Runtime() runtime.Runtime { return b.rt }
+func (b *Backend) Runtime() container.Runtime { return b.rt }
 
 // Manager exposes the lifecycle, for tests that need to look behind the API.
 func (b *Backend) Manager() *sandbox.Manager { return b.mgr }
@@ -379,7 +379,7 @@ func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephe
 		return err
 	}
 	b.lease = l
-	if d, ok := b.rt.(*runtime.Docker); ok {
+	if d, ok := b.rt.(*container.Docker); ok {
 		if _, err := ReapOrphans(ctx, d, logger); err != nil {
 			logger.Warn("reaping the containers of backends that are gone", "err", err)
 		}

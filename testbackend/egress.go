@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -43,7 +43,7 @@ type egressNetwork struct {
 // "auto" a machine that cannot enforce it gives a backend without it (and
 // the reason, which creates asking for a restricted mode are told); with
 // "on" that is an error.
-func startEgress(cfg Config, rt runtime.Runtime, instance string) (*egress.Controller, string, error) {
+func startEgress(cfg Config, rt container.Runtime, instance string) (*egress.Controller, string, error) {
 	mode := cfg.EgressControl
 	switch mode {
 	case "":
@@ -67,12 +67,12 @@ func startEgress(cfg Config, rt runtime.Runtime, instance string) (*egress.Contr
 	return nil, why, nil
 }
 
-func newEgress(cfg Config, rt runtime.Runtime, instance string) (*egress.Controller, error) {
-	d, ok := rt.(*runtime.Docker)
+func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Controller, error) {
+	d, ok := rt.(*container.Docker)
 	if !ok {
 		return nil, errors.New("it needs the Docker runtime")
 	}
-	if cfg.Network == runtime.NetworkNone {
+	if cfg.Network == container.NetworkNone {
 		return nil, errors.New("sandboxes have no network (--network none)")
 	}
 	if os.Geteuid() != 0 {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // InstancesDir holds one lease per backend instance that uses the engine:
@@ -109,7 +109,7 @@ func sameFile(f *os.File, path string) bool {
 // before leases existed, or the lease directory was cleared) are left
 // alone; `make teardown` removes those. It returns how many containers it
 // removed.
-func ReapOrphans(ctx context.Context, d *runtime.Docker, logger *slog.Logger) (int, error) {
+func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -145,7 +145,7 @@ func ReapOrphans(ctx context.Context, d *runtime.Docker, logger *slog.Logger) (i
 
 // reapInstance removes one dead instance's containers and its lease while
 // holding the lease, so that nothing starts on that instance meanwhile.
-func reapInstance(ctx context.Context, d *runtime.Docker, inst string, ids []string) (int, error) {
+func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []string) (int, error) {
 	path := filepath.Join(InstancesDir, inst+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // Acceptance tests of the extensions of API v1 on real gVisor sandboxes.
@@ -259,7 +259,7 @@ func killContainer(t *testing.T, id string) {
 	}
 	var cid string
 	for _, c := range list {
-		if c.Labels[runtime.LabelSandboxID] == id {
+		if c.Labels[container.LabelSandboxID] == id {
 			cid = c.ID
 		}
 	}
@@ -268,7 +268,7 @@ func killContainer(t *testing.T, id string) {
 	}
 	host := os.Getenv("DOCKER_HOST")
 	if host == "" {
-		host = runtime.DefaultHost
+		host = container.DefaultHost
 	}
 	out, err := exec.CommandContext(ctx, "docker", "-H", host, "kill", cid).CombinedOutput()
 	if err != nil {

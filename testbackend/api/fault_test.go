@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -138,7 +138,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if out := c.command(sb.ID, "echo alive"); out.Stdout != "alive\n" {
 				t.Fatalf("sandbox: %+v", out)
 			}
-			rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})
+			rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(cs) != 1 || cs[0].Labels[runtime.LabelSandboxID] != sb.ID {
+			if len(cs) != 1 || cs[0].Labels[container.LabelSandboxID] != sb.ID {
 				t.Fatalf("containers after reconciliation: %+v", cs)
 			}
 			c.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
@@ -304,7 +304,7 @@ resource "rarecloud_sandbox" "s" {
 	if out, err := destroy.CombinedOutput(); err != nil {
 		t.Fatalf("destroy: %v\n%s", err, out)
 	}
-	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}

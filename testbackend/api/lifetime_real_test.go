@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 )
 
 // Lifetime extensions of v1 on real gVisor: idle timeouts and the
@@ -41,7 +41,7 @@ func containerOf(t *testing.T, b *testbackend.Backend, id string) string {
 		t.Fatal(err)
 	}
 	for _, c := range list {
-		if c.Labels[runtime.LabelSandboxID] == id && c.Running {
+		if c.Labels[container.LabelSandboxID] == id && c.Running {
 			return c.ID
 		}
 	}
@@ -194,7 +194,7 @@ func TestContainerLostOnGVisor(t *testing.T) {
 	}
 }
 
-var containerRemoveForce = container.RemoveOptions{Force: true}
+var containerRemoveForce = dockercontainer.RemoveOptions{Force: true}
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 )
 
 // TestWarmPool: a create from a template claims a warm container and
@@ -117,7 +117,7 @@ func TestWarmPool(t *testing.T) {
 // were started for the warm pool, claimed or not.
 func poolContainers(ctx context.Context, t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(dir)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func poolContainers(ctx context.Context, t *testing.T, dir string) map[string]bo
 	}
 	out := map[string]bool{}
 	for _, c := range list {
-		if c.Labels[runtime.LabelPool] != "" {
+		if c.Labels[container.LabelPool] != "" {
 			out[c.ID] = true
 		}
 	}

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 // instanceContainers counts the containers of the backend on data.
 func instanceContainers(t *testing.T, data string) int {
 	t.Helper()
-	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(data)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	if err := os.RemoveAll(keptData); err != nil {
 		t.Fatal(err)
 	}
-	d, ok := b.Runtime().(*runtime.Docker)
+	d, ok := b.Runtime().(*container.Docker)
 	if !ok {
 		t.Fatalf("runtime %T", b.Runtime())
 	}
@@ -151,14 +151,14 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	if err := os.WriteFile(filepath.Join(testbackend.InstancesDir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.NewDocker(runtime.DockerOptions{Instance: inst, Network: runtime.NetworkNone, PullPolicy: "never"})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: inst, Network: container.NetworkNone, PullPolicy: "never"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := rt.Start(ctx, runtime.Spec{Image: sbxpkg.ImageBase, Labels: map[string]string{runtime.LabelSandboxID: "sbx-ephemeral"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64}); err != nil {
+	if _, err := rt.Start(ctx, container.Spec{Image: sbxpkg.ImageBase, Labels: map[string]string{container.LabelSandboxID: "sbx-ephemeral"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64}); err != nil {
 		t.Fatal(err)
 	}
 	if n := instanceContainers(t, data); n != 1 {

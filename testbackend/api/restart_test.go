@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -25,7 +25,7 @@ func ownedContainers(t *testing.T, b *testbackend.Backend, id string) int {
 	}
 	n := 0
 	for _, c := range list {
-		if c.Labels[runtime.LabelSandboxID] == id {
+		if c.Labels[container.LabelSandboxID] == id {
 			t.Logf("container %s of %s: running=%v name=%s", c.ID[:12], id, c.Running, c.Name)
 			n++
 		}
@@ -59,7 +59,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	// a lifetime runs out and a run-mode job ends.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	orphanRT, err := runtime.NewDocker(runtime.DockerOptions{Instance: testbackend.InstanceID(dir), PullPolicy: "never", Network: "none"})
+	orphanRT, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(dir), PullPolicy: "never", Network: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	if err := removeByLabel(ctx, orphanRT, lost.ID); err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := orphanRT.Start(ctx, runtime.Spec{Name: "rarecloud-sbx-orphan" + strings.ToLower(t.Name()[:4]), Image: sbxpkg.ImageBase, Labels: map[string]string{runtime.LabelSandboxID: "sbx-orphan"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64})
+	orphan, err := orphanRT.Start(ctx, container.Spec{Name: "rarecloud-sbx-orphan" + strings.ToLower(t.Name()[:4]), Image: sbxpkg.ImageBase, Labels: map[string]string{container.LabelSandboxID: "sbx-orphan"}, MemoryBytes: 256 << 20, NanoCPUs: 1e9, HomeBytes: 8 << 20, TmpBytes: 8 << 20, MaxProcs: 64})
 	t.Cleanup(func() { _ = orphanRT.Remove(context.Background(), orphan) })
 	if err != nil {
 		t.Fatal(err)
@@ -113,13 +113,13 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	c.Do("DELETE", "/sandboxes/"+keep.ID, tokA, nil, nil)
 }
 
-func removeByLabel(ctx context.Context, rt runtime.Runtime, id string) error {
+func removeByLabel(ctx context.Context, rt container.Runtime, id string) error {
 	list, err := rt.List(ctx)
 	if err != nil {
 		return err
 	}
 	for _, c := range list {
-		if c.Labels[runtime.LabelSandboxID] == id {
+		if c.Labels[container.LabelSandboxID] == id {
 			if err := rt.Remove(ctx, c.ID); err != nil {
 				return err
 			}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	rtpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -123,7 +123,7 @@ func containerIDs(t *testing.T) map[string]string {
 	}
 	out := map[string]string{}
 	for _, ct := range list {
-		if id := ct.Labels[rtpkg.LabelSandboxID]; id != "" {
+		if id := ct.Labels[container.LabelSandboxID]; id != "" {
 			out[id] = ct.ID
 		}
 	}

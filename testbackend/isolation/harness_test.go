@@ -18,8 +18,8 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	rtpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -91,7 +91,7 @@ func TestMain(m *testing.M) {
 }
 
 // engineHost is the engine `make setup` starts.
-func engineHost() string { return rtpkg.DefaultHost }
+func engineHost() string { return container.DefaultHost }
 
 // requireEngine fails (never skips) when the engine or the template images
 // are missing, and says how to get them.

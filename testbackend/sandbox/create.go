@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -231,7 +231,7 @@ func (m *Manager) ensureImage(ctx context.Context, image string) error {
 	err := m.rt.EnsureImage(pullCtx, image)
 	cancel()
 	if err != nil {
-		if errors.Is(err, runtime.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, container.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 			return errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
 		}
 		return m.mapRuntimeErr("", err)
@@ -297,7 +297,7 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	}()
 }
 
-func (m *Manager) specFor(sb *store.Sandbox) runtime.Spec {
+func (m *Manager) specFor(sb *store.Sandbox) container.Spec {
 	tpl := m.templates[sb.Template]
 	home, tmp := tpl.HomeDiskMB<<20, tpl.TmpDiskMB<<20
 	if m.cfg.HomeBytes > 0 {
@@ -306,14 +306,14 @@ func (m *Manager) specFor(sb *store.Sandbox) runtime.Spec {
 	if m.cfg.TmpBytes > 0 {
 		tmp = m.cfg.TmpBytes
 	}
-	return runtime.Spec{
+	return container.Spec{
 		Name:        containerName(sb.ID),
 		Image:       sb.Image,
 		Entrypoint:  sb.Entrypoint,
 		Cmd:         sb.Cmd,
 		RunMode:     sb.RunMode,
 		Env:         sb.Env,
-		Labels:      map[string]string{runtime.LabelSandboxID: sb.ID},
+		Labels:      map[string]string{container.LabelSandboxID: sb.ID},
 		NanoCPUs:    int64(tpl.VCPU * 1e9),
 		MemoryBytes: tpl.MemoryMB << 20,
 		HomeBytes:   home,
@@ -341,7 +341,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 			m.mu.Unlock() // shutting down: the next start resumes this one
 			return
 		}
-		if errors.Is(startErr, runtime.ErrEngineUnavailable) {
+		if errors.Is(startErr, container.ErrEngineUnavailable) {
 			// Still pending: reconciliation starts it again once the engine is back.
 			m.mu.Unlock()
 			m.engineDown(startErr)
@@ -393,7 +393,7 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 // name can only be left from a start that was cut short (a killed backend
 // whose request the engine finished anyway): it goes, and the start is
 // tried again.
-func (m *Manager) startContainer(spec runtime.Spec) (string, error) {
+func (m *Manager) startContainer(spec container.Spec) (string, error) {
 	for attempt := 0; ; attempt++ {
 		cid, err := m.rt.Start(m.ctx, spec)
 		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "is already in use") {

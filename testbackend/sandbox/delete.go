@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -65,12 +65,12 @@ func (m *Manager) removeContainer(ctx context.Context, sb *store.Sandbox) error 
 	}
 	if sb.ContainerID != "" {
 		// A claimed warm container has a pool name, not the sandbox's.
-		if err := m.rt.Remove(ctx, sb.ContainerID); err != nil && !errors.Is(err, runtime.ErrEngineUnavailable) {
+		if err := m.rt.Remove(ctx, sb.ContainerID); err != nil && !errors.Is(err, container.ErrEngineUnavailable) {
 			return errorf(CodeInternal, "could not remove the container of sandbox %s: %v", sb.ID, err)
 		}
 	}
 	if err := m.rt.Remove(ctx, containerName(sb.ID)); err != nil {
-		if errors.Is(err, runtime.ErrEngineUnavailable) {
+		if errors.Is(err, container.ErrEngineUnavailable) {
 			// The record is gone; reconciliation removes the container
 			// once the engine is back.
 			m.log.Warn("container removal deferred: engine unavailable", "sandbox", sb.ID, "err", err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // startWithEgress starts a sandbox's container. A restricted sandbox gets
@@ -16,7 +16,7 @@ import (
 // sandbox, neither a run-mode program nor the first command, ever runs
 // without its policy, and no window exists between "container up" and
 // "rules in place".
-func (m *Manager) startWithEgress(id string, spec runtime.Spec) (string, error) {
+func (m *Manager) startWithEgress(id string, spec container.Spec) (string, error) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	if sb == nil || !egressRestricted(sb) {
@@ -75,6 +75,6 @@ func (m *Manager) startWithEgress(id string, spec runtime.Spec) (string, error) 
 
 // addressTaken recognises the engine's answer to a fixed address in use.
 func addressTaken(err error) bool {
-	return err != nil && !errors.Is(err, runtime.ErrEngineUnavailable) &&
+	return err != nil && !errors.Is(err, container.ErrEngineUnavailable) &&
 		(strings.Contains(err.Error(), "Address already in use") || strings.Contains(err.Error(), "address already in use"))
 }

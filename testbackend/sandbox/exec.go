@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -85,7 +85,7 @@ func (m *Manager) RunCode(ctx context.Context, account, id, language, code strin
 	if tpl := m.templates[sb.Template]; sb.Image == tpl.Image && !tpl.hasLanguage(language) {
 		return ExecOutput{}, errorf(CodeLanguageNotAvailable, "template %s has no %s runtime; create the sandbox from a template that has it (%s)", sb.Template, language, strings.Join(m.templatesWith(language), ", "))
 	}
-	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
+	return m.exec(ctx, sb, container.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
 }
 
 func (m *Manager) templatesWith(language string) []string {
@@ -118,10 +118,10 @@ func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutM
 	if err != nil {
 		return ExecOutput{}, err
 	}
-	return m.exec(ctx, sb, runtime.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
+	return m.exec(ctx, sb, container.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
 }
 
-func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req runtime.ExecRequest) (ExecOutput, error) {
+func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req container.ExecRequest) (ExecOutput, error) {
 	if m.cfg.Mode == ModeTest {
 		zero := 0
 		return ExecOutput{ExitCode: &zero}, nil
@@ -142,7 +142,7 @@ func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req runtime.ExecRe
 }
 
 func (m *Manager) execErr(id string, err error) error {
-	if errors.Is(err, runtime.ErrEngineUnavailable) {
+	if errors.Is(err, container.ErrEngineUnavailable) {
 		m.engineDown(err)
 	}
 	return m.mapRuntimeErr(id, err)
@@ -197,7 +197,7 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 		}
 		return nil
 	}
-	res, err := m.rt.Exec(ctx, sb.ContainerID, runtime.ExecRequest{
+	res, err := m.rt.Exec(ctx, sb.ContainerID, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
 		Stdin:     strings.NewReader(content),
 		Timeout:   60 * time.Second,
@@ -226,7 +226,7 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 		}
 		return content, nil
 	}
-	res, err := m.rt.Exec(ctx, sb.ContainerID, runtime.ExecRequest{
+	res, err := m.rt.Exec(ctx, sb.ContainerID, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", readScript, "sh", path},
 		Timeout:   60 * time.Second,
 		MaxOutput: MaxReadFileBytes,
@@ -246,7 +246,7 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 	return string(res.Stdout), nil
 }
 
-func fileErr(path string, res runtime.ExecResult, write bool) error {
+func fileErr(path string, res container.ExecResult, write bool) error {
 	if res.TimedOut || res.ExitCode == nil {
 		return errorf(CodeInternal, "file operation on %s timed out", path)
 	}
@@ -300,7 +300,7 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 	}
 	logs, err := m.rt.Logs(ctx, snap.ContainerID, MaxLogBytes)
 	if err != nil {
-		if errors.Is(err, runtime.ErrNotFound) {
+		if errors.Is(err, container.ErrNotFound) {
 			// It ended between the snapshot and the call: read the record again.
 			if v, gerr := m.logsOfEnded(account, id); gerr == nil {
 				return v, nil

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -203,7 +203,7 @@ func (m *Manager) watchLocked(sb *store.Sandbox) {
 // exited records how a container's main process ended. In run mode that
 // is the result; otherwise the keepalive died (out of memory, killed) and
 // the sandbox is terminated.
-func (m *Manager) exited(id, cid string, exit runtime.Exit) {
+func (m *Manager) exited(id, cid string, exit container.Exit) {
 	m.mu.Lock()
 	sb := m.boxes[id]
 	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.expiring[id] {
@@ -254,7 +254,7 @@ func (m *Manager) exited(id, cid string, exit runtime.Exit) {
 // engine went away. Reconciliation sorts out which.
 func (m *Manager) containerGone(id string, err error) {
 	m.log.Warn("lost sight of a sandbox container", "sandbox", id, "err", err)
-	if errors.Is(err, runtime.ErrEngineUnavailable) {
+	if errors.Is(err, container.ErrEngineUnavailable) {
 		m.engineDown(err)
 		return
 	}

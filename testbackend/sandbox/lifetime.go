@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -278,7 +278,7 @@ func legacyReason(sb *store.Sandbox) {
 }
 
 // terminationCause classifies how a sandbox's keepalive ended.
-func (m *Manager) terminationCause(sb *store.Sandbox, exit runtime.Exit) (reason, message string) {
+func (m *Manager) terminationCause(sb *store.Sandbox, exit container.Exit) (reason, message string) {
 	switch {
 	case exit.Reason != "":
 		return ReasonAgentFailure, exit.Reason

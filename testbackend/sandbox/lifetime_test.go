@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -26,7 +26,7 @@ type holdRuntime struct {
 	startGate chan struct{}
 }
 
-var _ runtime.Runtime = (*holdRuntime)(nil)
+var _ container.Runtime = (*holdRuntime)(nil)
 
 func newHoldRuntime() *holdRuntime {
 	return &holdRuntime{live: map[string]chan struct{}{}, labels: map[string]map[string]string{}, entered: make(chan struct{}, 1), release: make(chan struct{})}
@@ -35,7 +35,7 @@ func newHoldRuntime() *holdRuntime {
 func (h *holdRuntime) Ping(context.Context) error                { return nil }
 func (h *holdRuntime) Address() string                           { return "fake" }
 func (h *holdRuntime) EnsureImage(context.Context, string) error { return nil }
-func (h *holdRuntime) Start(ctx context.Context, spec runtime.Spec) (string, error) {
+func (h *holdRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {
 	if h.startGate != nil {
 		select {
 		case <-h.startGate:
@@ -51,21 +51,21 @@ func (h *holdRuntime) Start(ctx context.Context, spec runtime.Spec) (string, err
 	h.labels[cid] = spec.Labels
 	return cid, nil
 }
-func (h *holdRuntime) Wait(ctx context.Context, cid string) runtime.Exit {
+func (h *holdRuntime) Wait(ctx context.Context, cid string) container.Exit {
 	h.mu.Lock()
 	ch := h.live[cid]
 	h.mu.Unlock()
 	if ch == nil {
-		return runtime.Exit{Code: 137, Removed: true}
+		return container.Exit{Code: 137, Removed: true}
 	}
 	select {
 	case <-ch:
-		return runtime.Exit{Code: 137, Removed: true}
+		return container.Exit{Code: 137, Removed: true}
 	case <-ctx.Done():
-		return runtime.Exit{Err: ctx.Err()}
+		return container.Exit{Err: ctx.Err()}
 	}
 }
-func (h *holdRuntime) Exec(ctx context.Context, cid string, _ runtime.ExecRequest) (runtime.ExecResult, error) {
+func (h *holdRuntime) Exec(ctx context.Context, cid string, _ container.ExecRequest) (container.ExecResult, error) {
 	h.mu.Lock()
 	hold := cid == h.hold
 	h.mu.Unlock()
@@ -74,11 +74,11 @@ func (h *holdRuntime) Exec(ctx context.Context, cid string, _ runtime.ExecReques
 		select {
 		case <-h.release:
 		case <-ctx.Done():
-			return runtime.ExecResult{}, ctx.Err()
+			return container.ExecResult{}, ctx.Err()
 		}
 	}
 	zero := 0
-	return runtime.ExecResult{ExitCode: &zero}, nil
+	return container.ExecResult{ExitCode: &zero}, nil
 }
 func (h *holdRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (h *holdRuntime) Remove(_ context.Context, id string) error {
@@ -92,12 +92,12 @@ func (h *holdRuntime) Remove(_ context.Context, id string) error {
 	}
 	return nil
 }
-func (h *holdRuntime) List(context.Context) ([]runtime.Container, error) {
+func (h *holdRuntime) List(context.Context) ([]container.Container, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []runtime.Container
+	var out []container.Container
 	for cid := range h.live {
-		out = append(out, runtime.Container{ID: cid, Name: strings.TrimSuffix(cid, "-c"), Labels: h.labels[cid], Running: true})
+		out = append(out, container.Container{ID: cid, Name: strings.TrimSuffix(cid, "-c"), Labels: h.labels[cid], Running: true})
 	}
 	return out, nil
 }
@@ -205,17 +205,17 @@ func TestTerminationCause(t *testing.T) {
 	m := &Manager{templates: map[string]Template{"base": {Name: "base", MemoryMB: 1024}}, rt: newHoldRuntime()}
 	sb := &store.Sandbox{Template: "base"}
 	for _, tc := range []struct {
-		exit   runtime.Exit
+		exit   container.Exit
 		reason string
 		says   string
 	}{
-		{runtime.Exit{Code: 137, Reason: "the sandbox was stopped: hostile agent", Killed: true}, ReasonAgentFailure, "hostile agent"},
-		{runtime.Exit{Code: 137, OOMKilled: true}, ReasonOutOfMemory, "1024 MiB"},
-		{runtime.Exit{Code: 137, Removed: true}, ReasonContainerLost, "removed from outside"},
-		{runtime.Exit{Code: 137, Killed: true}, ReasonContainerLost, "killed from outside"},
-		{runtime.Exit{Code: 255, EngineLost: true}, ReasonEngineLost, "was unavailable"},
-		{runtime.Exit{Code: 137}, ReasonProcessEnded, "code 137"},
-		{runtime.Exit{Code: 0}, ReasonProcessEnded, "code 0"},
+		{container.Exit{Code: 137, Reason: "the sandbox was stopped: hostile agent", Killed: true}, ReasonAgentFailure, "hostile agent"},
+		{container.Exit{Code: 137, OOMKilled: true}, ReasonOutOfMemory, "1024 MiB"},
+		{container.Exit{Code: 137, Removed: true}, ReasonContainerLost, "removed from outside"},
+		{container.Exit{Code: 137, Killed: true}, ReasonContainerLost, "killed from outside"},
+		{container.Exit{Code: 255, EngineLost: true}, ReasonEngineLost, "was unavailable"},
+		{container.Exit{Code: 137}, ReasonProcessEnded, "code 137"},
+		{container.Exit{Code: 0}, ReasonProcessEnded, "code 0"},
 	} {
 		reason, msg := m.terminationCause(sb, tc.exit)
 		if reason != tc.reason || !strings.Contains(msg, tc.says) {

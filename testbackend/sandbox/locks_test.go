@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -29,7 +29,7 @@ type fakeRuntime struct {
 }
 
 type fakeContainer struct {
-	runtime.Container
+	container.Container
 	gone chan struct{}
 }
 
@@ -82,7 +82,7 @@ func (f *fakeRuntime) Ping(context.Context) error {
 }
 func (f *fakeRuntime) Address() string                           { return "fake" }
 func (f *fakeRuntime) EnsureImage(context.Context, string) error { return nil }
-func (f *fakeRuntime) Start(_ context.Context, spec runtime.Spec) (string, error) {
+func (f *fakeRuntime) Start(_ context.Context, spec container.Spec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.containers {
@@ -92,31 +92,31 @@ func (f *fakeRuntime) Start(_ context.Context, spec runtime.Spec) (string, error
 	}
 	f.next++
 	id := fmt.Sprintf("c%d", f.next)
-	f.containers[id] = &fakeContainer{Container: runtime.Container{ID: id, Name: spec.Name, Labels: spec.Labels, Running: true, CreatedAt: time.Now()}, gone: make(chan struct{})}
+	f.containers[id] = &fakeContainer{Container: container.Container{ID: id, Name: spec.Name, Labels: spec.Labels, Running: true, CreatedAt: time.Now()}, gone: make(chan struct{})}
 	return id, nil
 }
-func (f *fakeRuntime) Wait(ctx context.Context, id string) runtime.Exit {
+func (f *fakeRuntime) Wait(ctx context.Context, id string) container.Exit {
 	f.mu.Lock()
 	c := f.containers[id]
 	f.mu.Unlock()
 	if c == nil {
-		return runtime.Exit{Code: -1, Err: runtime.ErrNotFound}
+		return container.Exit{Code: -1, Err: container.ErrNotFound}
 	}
 	select {
 	case <-c.gone:
-		return runtime.Exit{Code: 137}
+		return container.Exit{Code: 137}
 	case <-ctx.Done():
-		return runtime.Exit{Code: -1, Err: ctx.Err()}
+		return container.Exit{Code: -1, Err: ctx.Err()}
 	}
 }
-func (f *fakeRuntime) Exec(_ context.Context, id string, _ runtime.ExecRequest) (runtime.ExecResult, error) {
+func (f *fakeRuntime) Exec(_ context.Context, id string, _ container.ExecRequest) (container.ExecResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.containers[id] == nil {
-		return runtime.ExecResult{}, runtime.ErrNotFound
+		return container.ExecResult{}, container.ErrNotFound
 	}
 	zero := 0
-	return runtime.ExecResult{ExitCode: &zero}, nil
+	return container.ExecResult{ExitCode: &zero}, nil
 }
 func (f *fakeRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (f *fakeRuntime) Remove(ctx context.Context, ref string) error {
@@ -137,7 +137,7 @@ func (f *fakeRuntime) Remove(ctx context.Context, ref string) error {
 	}
 	return nil
 }
-func (f *fakeRuntime) List(ctx context.Context) ([]runtime.Container, error) {
+func (f *fakeRuntime) List(ctx context.Context) ([]container.Container, error) {
 	f.mu.Lock()
 	gate, in := f.listGate, f.listIn
 	f.mu.Unlock()
@@ -146,7 +146,7 @@ func (f *fakeRuntime) List(ctx context.Context) ([]runtime.Container, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []runtime.Container
+	var out []container.Container
 	for _, c := range f.containers {
 		out = append(out, c.Container)
 	}
@@ -179,7 +179,7 @@ func within(t *testing.T, what string, fn func()) {
 	}
 }
 
-func newFakeManager(t *testing.T, rt runtime.Runtime, mode string) (*Manager, *store.Store) {
+func newFakeManager(t *testing.T, rt container.Runtime, mode string) (*Manager, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.TempDir())
 	if err != nil {
@@ -361,7 +361,7 @@ func TestStaleWriteNeverOverwritesNewer(t *testing.T) {
 func TestCloseWaitsForBackgroundWork(t *testing.T) {
 	rt := newFakeRuntime()
 	m, _ := newFakeManager(t, rt, ModeReal)
-	if _, err := rt.Start(context.Background(), runtime.Spec{Name: "leftover"}); err != nil {
+	if _, err := rt.Start(context.Background(), container.Spec{Name: "leftover"}); err != nil {
 		t.Fatal(err)
 	}
 	entered, release := rt.gateRemove()

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -35,8 +35,8 @@ const (
 
 // Config configures a Manager.
 type Config struct {
-	Mode      string          // ModeReal or ModeTest
-	Runtime   runtime.Runtime // required in ModeReal
+	Mode      string            // ModeReal or ModeTest
+	Runtime   container.Runtime // required in ModeReal
 	Store     *store.Store
 	Templates []Template // default DefaultTemplates()
 	// Retention keeps exited and terminated records readable; default 24h.
@@ -72,7 +72,7 @@ type Config struct {
 // Manager owns every sandbox of one backend instance.
 type Manager struct {
 	cfg       Config
-	rt        runtime.Runtime
+	rt        container.Runtime
 	st        *store.Store
 	disk      *recordWriter // writes records off mu (records.go)
 	log       *slog.Logger
@@ -247,9 +247,9 @@ func (m *Manager) mapRuntimeErr(id string, err error) error {
 	switch {
 	case errors.As(err, &e):
 		return e
-	case errors.Is(err, runtime.ErrEngineUnavailable):
+	case errors.Is(err, container.ErrEngineUnavailable):
 		return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: the container engine at %s does not answer; retry later", m.rt.Address())
-	case errors.Is(err, runtime.ErrNotFound), errors.Is(err, runtime.ErrNotRunning):
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, container.ErrNotRunning):
 		return errorf(CodeNotRunning, "sandbox %s is not running", id)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return errorf(CodeServiceUnavailable, "the request was cancelled before sandbox %s answered", id)

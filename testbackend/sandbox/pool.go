@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -126,10 +126,10 @@ func (m *Manager) poolStarted(template, name, cid string, err error) {
 	m.poolNotifyLocked()
 }
 
-func (m *Manager) poolSpec(template string) runtime.Spec {
+func (m *Manager) poolSpec(template string) container.Spec {
 	spec := m.specFor(&store.Sandbox{ID: "pool", Template: template, Image: m.templates[template].Image})
 	spec.Name = "rarecloud-pool-" + newID()[4:]
-	spec.Labels = map[string]string{runtime.LabelPool: template}
+	spec.Labels = map[string]string{container.LabelPool: template}
 	return spec
 }
 

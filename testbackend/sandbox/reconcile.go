@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -33,7 +33,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if err := m.rt.Remove(ctx, id); err != nil {
 			return err
 		}
-		if sid := seen.byID[id].Labels[runtime.LabelSandboxID]; sid != "" {
+		if sid := seen.byID[id].Labels[container.LabelSandboxID]; sid != "" {
 			m.releaseEgress(sid)
 		}
 	}
@@ -63,7 +63,7 @@ type reconcilePlan struct {
 
 // judgeLocked judges records and warm pools on the engine's first list.
 // Running sandboxes whose container it shows running are watched again.
-func (m *Manager) judgeLocked(containers []runtime.Container, seen containerIndex) reconcilePlan {
+func (m *Manager) judgeLocked(containers []container.Container, seen containerIndex) reconcilePlan {
 	var plan reconcilePlan
 	claimed := map[string]bool{}
 	for _, sb := range m.boxes {
@@ -72,7 +72,7 @@ func (m *Manager) judgeLocked(containers []runtime.Container, seen containerInde
 		}
 	}
 	for _, c := range containers {
-		if tpl := c.Labels[runtime.LabelPool]; tpl != "" {
+		if tpl := c.Labels[container.LabelPool]; tpl != "" {
 			// Warm containers: keep the claimed ones, the ones this pool
 			// holds and still runs, and the ones being started.
 			p := m.pools[tpl]
@@ -82,7 +82,7 @@ func (m *Manager) judgeLocked(containers []runtime.Container, seen containerInde
 			plan.remove = append(plan.remove, c.ID)
 			continue
 		}
-		sb := m.boxes[c.Labels[runtime.LabelSandboxID]]
+		sb := m.boxes[c.Labels[container.LabelSandboxID]]
 		if sb == nil || sb.Status == StatusExited || sb.Status == StatusTerminated {
 			plan.remove = append(plan.remove, c.ID)
 		}
@@ -130,11 +130,11 @@ type suspect struct {
 
 // containerIndex finds a list's containers by id and by name.
 type containerIndex struct {
-	byID, byName map[string]runtime.Container
+	byID, byName map[string]container.Container
 }
 
-func indexContainers(cs []runtime.Container) containerIndex {
-	x := containerIndex{byID: map[string]runtime.Container{}, byName: map[string]runtime.Container{}}
+func indexContainers(cs []container.Container) containerIndex {
+	x := containerIndex{byID: map[string]container.Container{}, byName: map[string]container.Container{}}
 	for _, c := range cs {
 		x.byName[strings.TrimPrefix(c.Name, "/")] = c
 		x.byID[c.ID] = c
@@ -144,7 +144,7 @@ func indexContainers(cs []runtime.Container) containerIndex {
 
 // find returns the sandbox's container: by the id its record holds, else
 // by its name (a start cut short before the id was recorded).
-func (x containerIndex) find(sb *store.Sandbox) (runtime.Container, bool) {
+func (x containerIndex) find(sb *store.Sandbox) (container.Container, bool) {
 	if c, ok := x.byID[sb.ContainerID]; ok && sb.ContainerID != "" {
 		return c, true
 	}
@@ -154,7 +154,7 @@ func (x containerIndex) find(sb *store.Sandbox) (runtime.Container, bool) {
 
 // adoptLocked watches a running sandbox's live container, recording its
 // id when the record did not have it.
-func (m *Manager) adoptLocked(sb *store.Sandbox, c runtime.Container) {
+func (m *Manager) adoptLocked(sb *store.Sandbox, c container.Container) {
 	if sb.ContainerID != c.ID {
 		sb.ContainerID = c.ID
 		_ = m.persistLocked(sb)
@@ -183,7 +183,7 @@ func (m *Manager) judgeSuspects(ctx context.Context, suspects []suspect, poolSus
 
 	type exit struct {
 		id, cid string
-		c       runtime.Container
+		c       container.Container
 	}
 	var lost []string
 	var collect []exit
@@ -220,7 +220,7 @@ func (m *Manager) judgeSuspects(ctx context.Context, suspects []suspect, poolSus
 		m.releaseEgress(id)
 	}
 	for _, e := range collect {
-		m.exited(e.id, e.cid, runtime.Exit{Code: e.c.ExitCode, EngineLost: engineLost})
+		m.exited(e.id, e.cid, container.Exit{Code: e.c.ExitCode, EngineLost: engineLost})
 	}
 	return nil
 }

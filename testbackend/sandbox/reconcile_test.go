@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -30,7 +30,7 @@ func (s *staleListRuntime) holdNextList() (taken <-chan struct{}, release func()
 	return s.taken, func() { once.Do(func() { close(hold) }) }
 }
 
-func (s *staleListRuntime) List(ctx context.Context) ([]runtime.Container, error) {
+func (s *staleListRuntime) List(ctx context.Context) ([]container.Container, error) {
 	s.mu.Lock()
 	taken, hold := s.taken, s.hold
 	s.taken, s.hold = nil, nil

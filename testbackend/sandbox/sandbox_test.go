@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 // gateRuntime is an engine whose image check blocks until released, so a
 // test can hold a create in flight. Everything else is refused: these
 // tests cover the manager's own logic; the real engine is tested in the
-// api and runtime packages.
+// api and container packages.
 type gateRuntime struct {
 	gate    chan struct{}
 	entered chan struct{}
@@ -29,24 +29,26 @@ func (g *gateRuntime) EnsureImage(ctx context.Context, _ string) error {
 	g.once.Do(func() { close(g.entered) })
 	select {
 	case <-g.gate:
-		return runtime.ErrImageUnavailable
+		return container.ErrImageUnavailable
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
-func (g *gateRuntime) Start(context.Context, runtime.Spec) (string, error) {
+func (g *gateRuntime) Start(context.Context, container.Spec) (string, error) {
 	return "", errors.New("not used")
 }
-func (g *gateRuntime) Wait(context.Context, string) runtime.Exit { return runtime.Exit{Err: io.EOF} }
-func (g *gateRuntime) Exec(context.Context, string, runtime.ExecRequest) (runtime.ExecResult, error) {
-	return runtime.ExecResult{}, errors.New("not used")
+func (g *gateRuntime) Wait(context.Context, string) container.Exit {
+	return container.Exit{Err: io.EOF}
 }
-func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
-func (g *gateRuntime) Remove(context.Context, string) error              { return nil }
-func (g *gateRuntime) List(context.Context) ([]runtime.Container, error) { return nil, nil }
-func (g *gateRuntime) Close() error                                      { return nil }
+func (g *gateRuntime) Exec(context.Context, string, container.ExecRequest) (container.ExecResult, error) {
+	return container.ExecResult{}, errors.New("not used")
+}
+func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error)   { return nil, nil }
+func (g *gateRuntime) Remove(context.Context, string) error                { return nil }
+func (g *gateRuntime) List(context.Context) ([]container.Container, error) { return nil, nil }
+func (g *gateRuntime) Close() error                                        { return nil }
 
-func newManager(t *testing.T, rt runtime.Runtime, mode string, dir string) *Manager {
+func newManager(t *testing.T, rt container.Runtime, mode string, dir string) *Manager {
 	t.Helper()
 	st, err := store.Open(dir)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	rt "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -36,25 +36,25 @@ var echoArgv = []string{"sh", "-c", "echo hi"}
 // floorRig is a runtime with no agent and no backend in front of it, on the
 // same network and with the same limits as a sandbox of the base template.
 type floorRig struct {
-	d *rt.Docker
+	d *container.Docker
 	n atomic.Int64
 }
 
 func newFloorRig() (*floorRig, error) {
-	d, err := rt.NewDocker(rt.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: rt.AgentNone})
+	d, err := container.NewDocker(container.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: container.AgentNone})
 	if err != nil {
 		return nil, err
 	}
 	return &floorRig{d: d}, nil
 }
 
-func (f *floorRig) spec(image string) rt.Spec {
+func (f *floorRig) spec(image string) container.Spec {
 	name := "rarecloud-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(f.n.Add(1), 10)
-	return rt.Spec{Name: name, Image: image, NanoCPUs: 1e9, MemoryBytes: 1 << 30, HomeBytes: 2 << 30, TmpBytes: 1 << 30, MaxProcs: 512}
+	return container.Spec{Name: name, Image: image, NanoCPUs: 1e9, MemoryBytes: 1 << 30, HomeBytes: 2 << 30, TmpBytes: 1 << 30, MaxProcs: 512}
 }
 
 func (f *floorRig) exec(ctx context.Context, id string, argv []string, stdin string) error {
-	req := rt.ExecRequest{Cmd: argv, MaxOutput: 1 << 20}
+	req := container.ExecRequest{Cmd: argv, MaxOutput: 1 << 20}
 	if stdin != "" {
 		req.Stdin = strings.NewReader(stdin)
 	}

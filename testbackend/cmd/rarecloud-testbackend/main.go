@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/runtime"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -114,7 +114,7 @@ func envDefaults(fs *flag.FlagSet) error {
 
 // reapOrphans is --reap: what a starting backend does first, alone.
 func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
-	d, err := runtime.NewDocker(runtime.DockerOptions{Host: host, Instance: "reaper"})
+	d, err := container.NewDocker(container.DockerOptions{Host: host, Instance: "reaper"})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package runtime
+package container
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -55,7 +55,7 @@ func resolveAgent(opt string) string {
 }
 
 // useAgent makes the agent the container's main process.
-func (d *Docker) useAgent(cfg *container.Config, hc *container.HostConfig) {
+func (d *Docker) useAgent(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) {
 	cfg.Entrypoint = []string{agentTarget}
 	cfg.Cmd = []string{}
 	cfg.OpenStdin = true // stays open across attaches
@@ -63,7 +63,7 @@ func (d *Docker) useAgent(cfg *container.Config, hc *container.HostConfig) {
 	cfg.Labels[LabelAgent] = agent.Protocol
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: d.agentPath, Target: agentTarget, ReadOnly: true})
 	// The agent's stdout is the protocol, not output anyone reads.
-	hc.LogConfig = container.LogConfig{Type: "none"}
+	hc.LogConfig = dockercontainer.LogConfig{Type: "none"}
 }
 
 // agentSession is one attach to one container's agent.
@@ -179,7 +179,7 @@ func (d *Docker) attachSession(cid, alias string, c *attachCall) {
 	defer timer.Stop()
 
 	// The session outlives the request that opened it.
-	hj, err := d.cli.ContainerAttach(context.Background(), cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	hj, err := d.cli.ContainerAttach(context.Background(), cid, dockercontainer.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
 	if err != nil {

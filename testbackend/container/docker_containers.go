@@ -1,4 +1,4 @@
-package runtime
+package container
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 )
 
@@ -49,7 +49,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 			return "", fmt.Errorf("runtime: create container from %s: %w", spec.Image, err)
 		}
 	}
-	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+	if err := d.cli.ContainerStart(ctx, created.ID, dockercontainer.StartOptions{}); err != nil {
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = d.Remove(rmCtx, created.ID)
@@ -64,7 +64,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 // containerConfig is the container's own configuration: image, user,
 // labels (owner and instance) and the main process (the image's for run
 // mode, keepalive otherwise).
-func (d *Docker) containerConfig(spec Spec) *container.Config {
+func (d *Docker) containerConfig(spec Spec) *dockercontainer.Config {
 	labels := make(map[string]string, len(spec.Labels)+2)
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -72,7 +72,7 @@ func (d *Docker) containerConfig(spec Spec) *container.Config {
 	labels[LabelManaged] = "true"
 	labels[LabelInstance] = d.instance
 
-	cfg := &container.Config{
+	cfg := &dockercontainer.Config{
 		Image:      spec.Image,
 		User:       SandboxUser,
 		WorkingDir: SandboxHome,
@@ -98,7 +98,7 @@ func (d *Docker) containerConfig(spec Spec) *container.Config {
 // hostConfig is the locked-down host side of a sandbox: gVisor, read-only
 // root with tmpfs home and /tmp, no capabilities, the sandbox network, and
 // the template's memory, CPU and process limits.
-func (d *Docker) hostConfig(spec Spec) *container.HostConfig {
+func (d *Docker) hostConfig(spec Spec) *dockercontainer.HostConfig {
 	home := "uid=10001,gid=10001,mode=0700"
 	if spec.HomeBytes > 0 {
 		home = fmt.Sprintf("size=%d,%s", spec.HomeBytes, home)
@@ -107,17 +107,17 @@ func (d *Docker) hostConfig(spec Spec) *container.HostConfig {
 	if spec.TmpBytes > 0 {
 		tmp = fmt.Sprintf("size=%d,%s", spec.TmpBytes, tmp)
 	}
-	hc := &container.HostConfig{
+	hc := &dockercontainer.HostConfig{
 		Runtime:        d.runtime,
 		ReadonlyRootfs: true,
 		Tmpfs:          map[string]string{SandboxHome: home, "/tmp": tmp},
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
-		NetworkMode:    container.NetworkMode(d.network),
-		IpcMode:        container.IPCModePrivate,
+		NetworkMode:    dockercontainer.NetworkMode(d.network),
+		IpcMode:        dockercontainer.IPCModePrivate,
 		AutoRemove:     false,
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
-		Resources: container.Resources{
+		RestartPolicy:  dockercontainer.RestartPolicy{Name: dockercontainer.RestartPolicyDisabled},
+		Resources: dockercontainer.Resources{
 			Memory:   spec.MemoryBytes,
 			NanoCPUs: spec.NanoCPUs,
 		},
@@ -126,7 +126,7 @@ func (d *Docker) hostConfig(spec Spec) *container.HostConfig {
 		hc.MemorySwap = spec.MemoryBytes // no swap on top
 	}
 	if spec.MaxProcs > 0 {
-		hc.Ulimits = []*container.Ulimit{{Name: "nproc", Soft: spec.MaxProcs, Hard: spec.MaxProcs}}
+		hc.Ulimits = []*dockercontainer.Ulimit{{Name: "nproc", Soft: spec.MaxProcs, Hard: spec.MaxProcs}}
 		// A cgroup pids limit well above nproc: it counts the sandbox's own
 		// host threads too, and small values (<= 256) break runsc.
 		pids := spec.MaxProcs * 4
@@ -141,7 +141,7 @@ func (d *Docker) hostConfig(spec Spec) *container.HostConfig {
 // Wait blocks until the container's main process has exited (at once when
 // it already has) or ctx ends.
 func (d *Docker) Wait(ctx context.Context, id string) Exit {
-	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	respC, errC := d.cli.ContainerWait(ctx, id, dockercontainer.WaitConditionNotRunning)
 	select {
 	case resp := <-respC:
 		if resp.Error != nil && resp.Error.Message != "" {
@@ -158,7 +158,7 @@ func (d *Docker) Wait(ctx context.Context, id string) Exit {
 // already under way, Remove returns once it has finished, so that a new
 // container can take the name as soon as Remove returns.
 func (d *Docker) Remove(ctx context.Context, id string) error {
-	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	err := d.cli.ContainerRemove(ctx, id, dockercontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		return nil
 	}
@@ -171,7 +171,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 // waitRemoved waits until a removal under way has finished (the engine
 // answers a failed removal too) or ctx ends.
 func (d *Docker) waitRemoved(ctx context.Context, id string) error {
-	respC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	respC, errC := d.cli.ContainerWait(ctx, id, dockercontainer.WaitConditionRemoved)
 	select {
 	case resp := <-respC:
 		if resp.Error != nil && resp.Error.Message != "" {
@@ -188,7 +188,7 @@ func (d *Docker) waitRemoved(ctx context.Context, id string) error {
 
 // List returns every container (any state) labelled with this instance.
 func (d *Docker) List(ctx context.Context) ([]Container, error) {
-	cs, err := d.cli.ContainerList(ctx, container.ListOptions{
+	cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+d.instance)),
 	})
@@ -208,7 +208,7 @@ func (d *Docker) List(ctx context.Context) ([]Container, error) {
 			ID:        c.ID,
 			Name:      name,
 			Labels:    c.Labels,
-			Running:   c.State == container.StateRunning,
+			Running:   c.State == dockercontainer.StateRunning,
 			ExitCode:  exitCodeFromStatus(c.Status),
 			CreatedAt: time.Unix(c.Created, 0),
 		})

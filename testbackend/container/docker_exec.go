@@ -1,4 +1,4 @@
-package runtime
+package container
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
@@ -41,7 +41,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		}, req.Cmd...)
 	}
 	start := time.Now()
-	created, err := d.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+	created, err := d.cli.ContainerExecCreate(ctx, id, dockercontainer.ExecOptions{
 		User:         SandboxUser,
 		WorkingDir:   SandboxHome,
 		Cmd:          argv,
@@ -53,7 +53,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	if err != nil {
 		return res, d.containerErr("exec in", id, err)
 	}
-	hj, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	hj, err := d.cli.ContainerExecAttach(ctx, created.ID, dockercontainer.ExecAttachOptions{})
 	if err != nil {
 		return res, d.containerErr("attach to exec in", id, err)
 	}
@@ -126,7 +126,7 @@ func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req ExecR
 // the exit code can lag a moment behind.
 func (d *Docker) execExit(ctx context.Context, id, execID string, req ExecRequest, start time.Time, res ExecResult) (ExecResult, error) {
 	var (
-		ins container.ExecInspect
+		ins dockercontainer.ExecInspect
 		err error
 	)
 	for i := 0; ; i++ {
@@ -163,7 +163,7 @@ func (d *Docker) execExit(ctx context.Context, id, execID string, req ExecReques
 // Logs returns the main process's stdout and stderr interleaved in the
 // order the engine received them, keeping the last limit bytes (limit <= 0: all).
 func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
-	rc, err := d.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := d.cli.ContainerLogs(ctx, id, dockercontainer.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return nil, d.containerErr("read logs of", id, err)
 	}

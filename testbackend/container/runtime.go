@@ -1,7 +1,7 @@
-// Package runtime runs sandboxes as Docker containers under the gVisor
+// Package container runs sandboxes as Docker containers under the gVisor
 // runtime. It knows nothing about accounts, records or HTTP: the sandbox
 // package decides what to run, this package only drives the engine.
-package runtime
+package container
 
 import (
 	"context"

@@ -1,9 +1,9 @@
-package runtime
+package container
 
 import (
 	"context"
 
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 )
 
@@ -11,7 +11,7 @@ import (
 // one, by instance id: what a reaper looks at. Only containers carrying
 // LabelManaged and a LabelInstance are listed.
 func (d *Docker) OtherInstances(ctx context.Context) (map[string][]string, error) {
-	cs, err := d.cli.ContainerList(ctx, container.ListOptions{
+	cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelManaged+"=true")),
 	})
