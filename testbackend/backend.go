@@ -49,8 +49,11 @@ type Config struct {
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
-	// PoolSize is how many warm containers each template keeps ready; 0 for none.
+	// PoolSize is how many warm containers each template keeps ready at
+	// least; 0 for none. PoolMax is the most it keeps while creates arrive
+	// faster than one warm container starts; 0 means 4 × PoolSize.
 	PoolSize int
+	PoolMax  int
 	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
 	MaxInFlight int
 	// Agent is the host path of the sandbox agent; default the one make
@@ -76,9 +79,13 @@ type Config struct {
 	// allowed names (default the sandboxes' forwarder make setup runs).
 	EgressControl     string
 	EgressDNSUpstream string
-	// QueueWait is how long a request over MaxInFlight waits for a slot
-	// before the 429; 0 for the default (2 s), negative for no wait.
+	// QueueWait is how long a request over MaxInFlight waits in line
+	// without the line moving before the 429; 0 means
+	// api.DefaultQueueWait, negative means no wait.
 	QueueWait time.Duration
+	// QueueWaitMax is the longest a request waits in line in all; 0 means
+	// api.DefaultQueueWaitMax.
+	QueueWaitMax time.Duration
 	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
 	// to it); 0 for the product's 90 s. A test knob: lower it only to test
 	// idle timeouts quickly.
@@ -198,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		HomeBytes:      cfg.HomeBytes,
 		TmpBytes:       cfg.TmpBytes,
 		PoolSize:       cfg.PoolSize,
+		PoolMax:        cfg.PoolMax,
 		Logger:         cfg.Logger,
 
 		VCPULimit:         cfg.VCPULimit,
@@ -221,7 +229,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
-	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait})
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax})
 	if cfg.ValidateResponses {
 		handler = validating(handler, cfg.Logger)
 	}

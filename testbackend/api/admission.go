@@ -7,16 +7,27 @@ import (
 )
 
 // DefaultQueueWait is how long a request over its account's concurrency
-// limit waits for a slot before the API answers 429.
+// limit waits in line without the line moving (no request of the account
+// finishing) before the API answers 429.
 const DefaultQueueWait = 2 * time.Second
 
+// DefaultQueueWaitMax is the longest a request waits in line in all, however
+// steadily the line moves.
+const DefaultQueueWaitMax = 30 * time.Second
+
 // admission bounds each account's concurrent requests. A request over the
-// limit queues, first come first served, for at most wait; only then is it
-// refused. A finished request hands its slot straight to the oldest waiter
-// of its account, so no client is starved by others that keep arriving.
+// limit queues, first come first served. It waits as long as the line
+// moves: it is refused only when no slot of its account was handed on for
+// wait (the account's requests are stuck, or take longer than a client
+// should be kept waiting), or after maxWait in all. A busy account whose
+// requests keep finishing therefore queues instead of being refused, and
+// a stuck one is told so within wait. A finished request hands its slot
+// straight to the oldest waiter of its account, so no client is starved
+// by others that keep arriving.
 type admission struct {
 	max      int           // concurrent requests per account
-	wait     time.Duration // the longest a request queues
+	wait     time.Duration // the longest a request queues while the line does not move
+	maxWait  time.Duration // the longest a request queues in all
 	maxQueue int           // waiters per account past which a request is refused at once
 
 	mu       sync.Mutex
@@ -26,20 +37,23 @@ type admission struct {
 type accountQueue struct {
 	inFlight int
 	waiters  []chan struct{} // oldest first; closed when granted a slot
+	// moved is closed (and replaced) each time a slot is handed on to a
+	// waiter: the line moved, and every waiter's patience starts again.
+	moved chan struct{}
 }
 
-func newAdmission(limit int, wait time.Duration) *admission {
-	return &admission{max: limit, wait: wait, maxQueue: 4 * limit, accounts: map[string]*accountQueue{}}
+func newAdmission(limit int, wait, maxWait time.Duration) *admission {
+	return &admission{max: limit, wait: wait, maxWait: max(maxWait, wait), maxQueue: 4 * limit, accounts: map[string]*accountQueue{}}
 }
 
-// acquire takes a slot for account, waiting in line up to a.wait (or until
-// ctx ends). It reports whether the request may proceed; if so, the caller
-// must release.
+// acquire takes a slot for account, waiting in line while it moves (see
+// admission) or until ctx ends. It reports whether the request may
+// proceed; if so, the caller must release.
 func (a *admission) acquire(ctx context.Context, account string) bool {
 	a.mu.Lock()
 	q := a.accounts[account]
 	if q == nil {
-		q = &accountQueue{}
+		q = &accountQueue{moved: make(chan struct{})}
 		a.accounts[account] = q
 	}
 	if q.inFlight < a.max && len(q.waiters) == 0 {
@@ -53,15 +67,11 @@ func (a *admission) acquire(ctx context.Context, account string) bool {
 	}
 	granted := make(chan struct{})
 	q.waiters = append(q.waiters, granted)
+	moved := q.moved
 	a.mu.Unlock()
 
-	timer := time.NewTimer(a.wait)
-	defer timer.Stop()
-	select {
-	case <-granted:
+	if a.await(ctx, account, granted, moved) {
 		return true
-	case <-timer.C:
-	case <-ctx.Done():
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -80,6 +90,34 @@ func (a *admission) acquire(ctx context.Context, account string) bool {
 	return false
 }
 
+// await waits until granted is closed (true), or until the line has not
+// moved for a.wait, a.maxWait has passed or ctx ended (false).
+func (a *admission) await(ctx context.Context, account string, granted, moved chan struct{}) bool {
+	total := time.NewTimer(a.maxWait)
+	defer total.Stop()
+	stall := time.NewTimer(a.wait)
+	defer stall.Stop()
+	for {
+		select {
+		case <-granted:
+			return true
+		case <-moved:
+			a.mu.Lock()
+			if q := a.accounts[account]; q != nil {
+				moved = q.moved
+			}
+			a.mu.Unlock()
+			stall.Reset(a.wait)
+		case <-stall.C:
+			return false
+		case <-total.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // release gives the slot to the oldest waiter of account, or frees it.
 func (a *admission) release(account string) {
 	a.mu.Lock()
@@ -91,6 +129,8 @@ func (a *admission) release(account string) {
 	if len(q.waiters) > 0 {
 		close(q.waiters[0])
 		q.waiters = q.waiters[1:]
+		close(q.moved)
+		q.moved = make(chan struct{})
 		return
 	}
 	q.inFlight--

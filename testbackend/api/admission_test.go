@@ -21,7 +21,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestAdmissionQueuesFirstComeFirstServed: over the limit, requests wait in
 // line and a released slot goes to the oldest waiter of that account.
 func TestAdmissionQueuesFirstComeFirstServed(t *testing.T) {
-	a := newAdmission(1, time.Hour)
+	a := newAdmission(1, time.Hour, time.Hour)
 	ctx := context.Background()
 	if !a.acquire(ctx, "acct") {
 		t.Fatal("first request refused")
@@ -62,7 +62,7 @@ func TestAdmissionQueuesFirstComeFirstServed(t *testing.T) {
 // wait is refused, leaves the line, and takes nothing with it.
 func TestAdmissionRefusesAfterItsWait(t *testing.T) {
 	const wait = 50 * time.Millisecond
-	a := newAdmission(1, wait)
+	a := newAdmission(1, wait, time.Hour)
 	ctx := context.Background()
 	if !a.acquire(ctx, "acct") {
 		t.Fatal("first request refused")
@@ -87,7 +87,7 @@ func TestAdmissionRefusesAfterItsWait(t *testing.T) {
 // waiting is removed, and the next release frees the slot instead of
 // handing it to nobody.
 func TestAdmissionCancelledWaiterLeavesTheLine(t *testing.T) {
-	a := newAdmission(1, time.Hour)
+	a := newAdmission(1, time.Hour, time.Hour)
 	if !a.acquire(context.Background(), "acct") {
 		t.Fatal("first request refused")
 	}
@@ -108,7 +108,7 @@ func TestAdmissionCancelledWaiterLeavesTheLine(t *testing.T) {
 // TestAdmissionBoundsTheLine: past maxQueue waiters a request is refused at
 // once instead of joining an unbounded line.
 func TestAdmissionBoundsTheLine(t *testing.T) {
-	a := newAdmission(1, time.Hour)
+	a := newAdmission(1, time.Hour, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if !a.acquire(ctx, "acct") {
@@ -127,5 +127,99 @@ func TestAdmissionBoundsTheLine(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a request past a full line waited instead of being refused at once")
+	}
+}
+
+// lineRun is one try of a waiter behind a line that moves at a steady
+// pace: whether the waiter got its slot, how long it waited, and the
+// longest the line stood still meanwhile (as the test saw it).
+type lineRun struct {
+	admitted   bool
+	waited     time.Duration
+	longestGap time.Duration
+}
+
+// waitBehindMovingLine holds the account's one slot and queues ahead
+// waiters plus one more (the waiter under test), then hands the slot on
+// every step until the waiter under test is admitted or refused.
+func waitBehindMovingLine(t *testing.T, a *admission, ahead int, step time.Duration) lineRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.maxQueue = ahead + 1 // the line's length bound is not under test here
+	if !a.acquire(ctx, "acct") {
+		t.Fatal("first request refused")
+	}
+	for i := 0; i < ahead; i++ {
+		go a.acquire(ctx, "acct") //nolint:errcheck // admitted or not, the test hands the slot on itself
+		waitFor(t, "waiter to queue", func() bool { _, w := a.state("acct"); return w == i+1 })
+	}
+	done := make(chan bool, 1)
+	t0 := time.Now()
+	go func() { done <- a.acquire(ctx, "acct") }()
+	waitFor(t, "the waiter under test to queue", func() bool { _, w := a.state("acct"); return w == ahead+1 })
+	var run lineRun
+	last := time.Now()
+	for {
+		select {
+		case ok := <-done:
+			run.admitted, run.waited = ok, time.Since(t0)
+			if gap := time.Since(last); gap > run.longestGap {
+				run.longestGap = gap
+			}
+			return run
+		case <-time.After(step):
+		}
+		if gap := time.Since(last); gap > run.longestGap {
+			run.longestGap = gap
+		}
+		a.release("acct") // the line moves: the slot goes to the oldest waiter
+		last = time.Now()
+	}
+}
+
+// TestAdmissionWaitsWhileTheLineMoves: a request behind a line that keeps
+// moving waits longer than the stall bound in all and still gets its
+// slot: a busy account queues instead of being refused.
+func TestAdmissionWaitsWhileTheLineMoves(t *testing.T) {
+	const wait, step, ahead = time.Second, 50 * time.Millisecond, 30 // about 1.5 s in line
+	for try := 1; ; try++ {
+		run := waitBehindMovingLine(t, newAdmission(1, wait, time.Hour), ahead, step)
+		if run.admitted && run.waited > wait {
+			t.Logf("admitted after %s in line (stall bound %s; the line stood still %s at most)", run.waited, wait, run.longestGap)
+			return
+		}
+		if run.longestGap < wait*3/4 {
+			t.Fatalf("admitted %v after %s in line, although the line never stood still longer than %s (stall bound %s)", run.admitted, run.waited, run.longestGap, wait)
+		}
+		// The test itself was held up for most of the bound: the refusal
+		// may be honest. Try again, a bounded number of times.
+		if try == 5 {
+			t.Fatalf("five tries in a row, the test was held up for most of the stall bound (last %s)", run.longestGap)
+		}
+		t.Logf("try %d: the line stood still %s (the test was descheduled); again", try, run.longestGap)
+	}
+}
+
+// TestAdmissionCapsTheWholeWait: however steadily the line moves, a
+// request waits at most maxWait in all, then is refused.
+func TestAdmissionCapsTheWholeWait(t *testing.T) {
+	const wait, maxWait, step, ahead = time.Second, 1500 * time.Millisecond, 50 * time.Millisecond, 60 // 3 s of line for a 1.5 s cap
+	for try := 1; ; try++ {
+		run := waitBehindMovingLine(t, newAdmission(1, wait, maxWait), ahead, step)
+		if !run.admitted && run.waited >= maxWait {
+			t.Logf("refused after %s in line (cap %s)", run.waited, maxWait)
+			return
+		}
+		if run.admitted {
+			t.Fatalf("admitted after %s in line, past the cap of %s", run.waited, maxWait)
+		}
+		if run.longestGap < wait*3/4 {
+			t.Fatalf("refused after %s, before the cap of %s, although the line never stood still longer than %s", run.waited, maxWait, run.longestGap)
+		}
+		if try == 5 {
+			t.Fatalf("five tries in a row, the test was held up for most of the stall bound (last %s)", run.longestGap)
+		}
+		t.Logf("try %d: the line stood still %s (the test was descheduled); again", try, run.longestGap)
 	}
 }

@@ -110,9 +110,13 @@ const DefaultMaxInFlight = 64
 type Options struct {
 	// MaxInFlight is the per-account concurrency limit; 0 means DefaultMaxInFlight.
 	MaxInFlight int
-	// QueueWait is how long a request over the limit waits for a slot
-	// before the 429; 0 means DefaultQueueWait, negative means no wait.
+	// QueueWait is how long a request over the limit waits in line
+	// without the line moving before the 429; 0 means DefaultQueueWait,
+	// negative means no wait.
 	QueueWait time.Duration
+	// QueueWaitMax is the longest a request waits in line in all; 0 means
+	// DefaultQueueWaitMax.
+	QueueWaitMax time.Duration
 }
 
 // New builds the API over a manager.
@@ -121,7 +125,7 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{mgr: mgr, tokens: map[string]Token{}, log: log, mocked: mgr.Mode() == sandbox.ModeTest}
-	maxInFlight, wait := DefaultMaxInFlight, DefaultQueueWait
+	maxInFlight, wait, maxWait := DefaultMaxInFlight, DefaultQueueWait, DefaultQueueWaitMax
 	for _, o := range opts {
 		if o.MaxInFlight > 0 {
 			maxInFlight = o.MaxInFlight
@@ -129,8 +133,11 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 		if o.QueueWait != 0 {
 			wait = max(o.QueueWait, 0)
 		}
+		if o.QueueWaitMax > 0 {
+			maxWait = o.QueueWaitMax
+		}
 	}
-	s.admit = newAdmission(maxInFlight, wait)
+	s.admit = newAdmission(maxInFlight, wait, maxWait)
 	for _, t := range tokens {
 		s.tokens[t.Token] = t
 	}
@@ -246,7 +253,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.account = account
 	if !s.admit.acquire(r.Context(), account) {
 		w.Header().Set("Retry-After", "1")
-		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once, and none freed within %s); retry after a second", s.admit.max, s.admit.wait))
+		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once; none of them finished within %s while this one waited, or it waited %s in all); retry after a second", s.admit.max, s.admit.wait, s.admit.maxWait))
 		return
 	}
 	defer s.admit.release(account)

@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -84,6 +85,26 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 
 // collectOutput reads an exec's multiplexed output into capped buffers
 // until the streams close, ctx ends, or (with a timeout) execGoGrace after
+// Prepare attaches to the container's agent and runs one no-op shell
+// through it: a sandbox's first command would otherwise pay the attach
+// (an engine round trip and a hijacked connection) and gVisor's first
+// read of sh, which later commands find cached. A container without the
+// agent has nothing to prepare.
+func (d *Docker) Prepare(ctx context.Context, id string) error {
+	s, ok, err := d.session(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	res, err := d.execAgent(ctx, id, s, ExecRequest{Cmd: []string{"sh", "-c", ":"}, Timeout: 30 * time.Second, MaxOutput: 4 << 10})
+	switch {
+	case err != nil:
+		return err
+	case res.ExitCode == nil || *res.ExitCode != 0:
+		return fmt.Errorf("runtime: preparing container %s: the no-op shell did not exit 0 (timed out %v, stderr %q)", id, res.TimedOut, res.Stderr)
+	}
+	return nil
+}
+
 // the timeout: then it closes the connection and reports TimedOut.
 func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req ExecRequest) (ExecResult, error) {
 	var res ExecResult

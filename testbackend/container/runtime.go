@@ -113,6 +113,11 @@ type Runtime interface {
 	EnsureImage(ctx context.Context, ref string) error
 	// Start creates and starts a locked-down container and returns its id.
 	Start(ctx context.Context, spec Spec) (string, error)
+	// Prepare readies a started container for its first command, so that
+	// command costs what a later one does (warm containers are prepared
+	// while they wait in the pool). A container with nothing to prepare
+	// returns nil.
+	Prepare(ctx context.Context, id string) error
 	// Wait blocks until the container's main process exits.
 	Wait(ctx context.Context, id string) Exit
 	// Exec runs a process as the sandbox user.

@@ -80,6 +80,7 @@ func (h *holdRuntime) Exec(ctx context.Context, cid string, _ container.ExecRequ
 	zero := 0
 	return container.ExecResult{ExitCode: &zero}, nil
 }
+func (*holdRuntime) Prepare(context.Context, string) error               { return nil }
 func (h *holdRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (h *holdRuntime) Remove(_ context.Context, id string) error {
 	h.mu.Lock()

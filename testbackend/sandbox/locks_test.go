@@ -26,6 +26,8 @@ type fakeRuntime struct {
 	removeGate chan struct{}
 	removeIn   chan struct{} // closed when a Remove first waits at its gate
 	removed    []string
+	prepared   map[string]bool // containers Prepare was called on
+	prepareErr error           // what Prepare answers
 }
 
 type fakeContainer struct {
@@ -34,7 +36,7 @@ type fakeContainer struct {
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{containers: map[string]*fakeContainer{}}
+	return &fakeRuntime{containers: map[string]*fakeContainer{}, prepared: map[string]bool{}}
 }
 
 // gateList makes every List wait until the returned func is called.
@@ -117,6 +119,15 @@ func (f *fakeRuntime) Exec(_ context.Context, id string, _ container.ExecRequest
 	}
 	zero := 0
 	return container.ExecResult{ExitCode: &zero}, nil
+}
+func (f *fakeRuntime) Prepare(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.prepareErr != nil {
+		return f.prepareErr
+	}
+	f.prepared[id] = true
+	return nil
 }
 func (f *fakeRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (f *fakeRuntime) Remove(ctx context.Context, ref string) error {

@@ -50,8 +50,14 @@ type Config struct {
 	TmpBytes  int64
 	// MaxProcs is the process limit of the sandbox user; default 512.
 	MaxProcs int64
-	// PoolSize is how many warm containers each template keeps; 0 for none.
+	// PoolSize is how many warm containers each template keeps at least;
+	// 0 for none. PoolMax is the most it keeps when creates arrive faster
+	// than warm containers start (pool_size.go); 0 means 4 × PoolSize.
+	// PoolIdle is how long the pool keeps containers beyond PoolSize after
+	// the last create it could serve; 0 means DefaultPoolIdle.
 	PoolSize int
+	PoolMax  int
+	PoolIdle time.Duration
 	// RefillDelay is how long the refill after a claim waits for the
 	// claimed sandbox's first operation to end, so that starting a warm
 	// container does not take the CPU that operation needs; default

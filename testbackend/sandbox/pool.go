@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -19,20 +20,27 @@ type warmPool struct {
 	filling int
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
+	sizing  poolSizing      // how many to keep (pool_size.go)
 }
 
 // claimLocked takes a warm container for the request, or returns "". A
 // request with environment variables never gets one: its container must
-// start with them, so that the record need not keep their values.
+// start with them, so that the record need not keep their values. Every
+// request a warm container could have served counts as demand, served or
+// not, and is followed by a refill (pool_size.go, deferRefillLocked).
 func (m *Manager) claimLocked(sandboxID string, tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
 	// A restricted sandbox starts cold: its rules are keyed on an address
 	// chosen before its container exists (egress_start.go).
-	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
+	if p == nil || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
 		return ""
 	}
-	cid := p.ready[0]
-	p.ready = p.ready[1:]
+	m.noteDemandLocked(tpl.Name, p, time.Now())
+	var cid string
+	if len(p.ready) > 0 {
+		cid = p.ready[0]
+		p.ready = p.ready[1:]
+	}
 	m.deferRefillLocked(sandboxID, tpl.Name)
 	return cid
 }
@@ -83,7 +91,7 @@ func (m *Manager) refillLocked(template string) {
 		p = &warmPool{names: map[string]bool{}}
 		m.pools[template] = p
 	}
-	for len(p.ready)+p.filling < m.cfg.PoolSize {
+	for len(p.ready)+p.filling < m.poolTargetLocked(p) {
 		p.filling++
 		spec := m.poolSpec(template)
 		p.names[spec.Name] = true
@@ -97,13 +105,34 @@ func (m *Manager) refillLocked(template string) {
 				case <-m.ctx.Done():
 				}
 			}
-			cid, err := m.rt.Start(m.ctx, spec)
-			m.poolStarted(template, spec.Name, cid, err)
+			t0 := time.Now()
+			cid, err := m.startWarm(spec)
+			m.poolStarted(template, spec.Name, cid, time.Since(t0), err)
 		}()
 	}
 }
 
-func (m *Manager) poolStarted(template, name, cid string, err error) {
+// prepareTimeout bounds the preparation of one warm container.
+const prepareTimeout = 30 * time.Second
+
+// startWarm starts a warm container and prepares it for its first command
+// (container.Runtime.Prepare), so a claimed sandbox's first command costs
+// what its later ones do. A container that cannot be prepared is not
+// handed out: it counts as a failed start.
+func (m *Manager) startWarm(spec container.Spec) (string, error) {
+	cid, err := m.rt.Start(m.ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, prepareTimeout)
+	defer cancel()
+	if err := m.rt.Prepare(ctx, cid); err != nil {
+		return "", fmt.Errorf("preparing warm container %s: %w", spec.Name, err)
+	}
+	return cid, nil
+}
+
+func (m *Manager) poolStarted(template, name, cid string, took time.Duration, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pools[template]
@@ -122,6 +151,13 @@ func (m *Manager) poolStarted(template, name, cid string, err error) {
 	}
 	delete(p.names, name)
 	p.backoff = 0
+	p.sizing.noteStart(took)
+	if len(p.ready) >= m.poolTargetLocked(p) {
+		// The pool went back to its size while this one started
+		// (pool_size.go): it is surplus.
+		m.removeLaterLocked(cid)
+		return
+	}
 	p.ready = append(p.ready, cid)
 	m.poolNotifyLocked()
 }
@@ -178,7 +214,7 @@ func (m *Manager) WaitPoolFull(ctx context.Context) error {
 		full := true
 		if m.cfg.PoolSize > 0 && m.cfg.Mode == ModeReal {
 			for _, name := range m.order {
-				if p := m.pools[name]; p == nil || len(p.ready) < m.cfg.PoolSize {
+				if p := m.pools[name]; p == nil || len(p.ready) < m.poolTargetLocked(p) {
 					full = false
 				}
 			}

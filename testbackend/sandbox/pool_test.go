@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -81,4 +82,74 @@ func TestClaimRefillsAtOnceWhenAsked(t *testing.T) {
 	if filling != 1 && rt.started() == before {
 		t.Fatalf("no refill under way right after the claim")
 	}
+}
+
+// TestWarmContainersArePreparedBeforeTheyAreHandedOut: every container
+// a create claims from the pool was prepared for its first command
+// (container.Runtime.Prepare) while it waited there.
+func TestWarmContainersArePreparedBeforeTheyAreHandedOut(t *testing.T) {
+	m, rt := startPoolManager(t, -1)
+	for range 3 {
+		res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sandbox.Status != StatusRunning {
+			t.Fatalf("create with a warm pool: %s, want running at once", res.Sandbox.Status)
+		}
+		m.mu.Lock()
+		cid := m.boxes[res.Sandbox.ID].ContainerID
+		m.mu.Unlock()
+		rt.mu.Lock()
+		prepared := rt.prepared[cid]
+		rt.mu.Unlock()
+		if !prepared {
+			t.Fatalf("sandbox %s got warm container %s, which was never prepared", res.Sandbox.ID, cid)
+		}
+		awaitWarm(t, m)
+	}
+}
+
+// TestUnpreparedContainersAreNotHandedOut: a warm container whose
+// preparation fails is removed, never claimed; creates start cold.
+func TestUnpreparedContainersAreNotHandedOut(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.prepareErr = errors.New("the agent did not answer")
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, PoolSize: 1, RefillDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a warm container that failed its preparation to be removed", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return len(rt.removed) > 0
+	})
+	if n := m.PoolReady("base"); n != 0 {
+		t.Fatalf("%d warm containers ready although none could be prepared", n)
+	}
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.Status != StatusPending {
+		t.Fatalf("create while no warm container could be prepared: %s, want pending (a cold start)", res.Sandbox.Status)
+	}
+}
+
+// waitUntil polls cond until it holds, for at most bounded.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	within(t, what, func() {
+		for !cond() {
+			time.Sleep(time.Millisecond)
+		}
+	})
 }

@@ -129,7 +129,7 @@ func soakNotes(so soakOptions, pool int, res soakResult, api *row) []string {
 		fmt.Sprintf("throughput: %.1f commands/s against the floor's %.1f execs/s: %.2f× (target ≥ 1.0)",
 			float64(so.commands)/res.API.Seconds(), float64(so.commands)/res.Floor.Seconds(), res.Floor.Seconds()/res.API.Seconds()),
 		fmt.Sprintf("errors: %d; containers left after deleting every sandbox and stopping the backend: %d", res.Errors, res.Leaked),
-		fmt.Sprintf("backend: --max-in-flight %d (past it a request queues up to 2 s, then 429), warm pool of %d per template; a separate process on loopback", so.maxInFlight, pool),
+		fmt.Sprintf("backend: --max-in-flight %d (past it a request queues while its line moves: 429 after 2 s without a request finishing, or 30 s in all), warm pool of %d per template; a separate process on loopback", so.maxInFlight, pool),
 	}
 }
 
