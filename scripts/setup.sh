@@ -9,7 +9,8 @@
 #   6. runs the sandboxes' DNS forwarder (dnsmasq on the bridge gateway only)
 #   7. builds the template images rarecloud/sandbox-{base,python,node}:latest
 #   8. builds the pinned OpenTofu CLI into /usr/local/lib/rarecloud/bin/tofu
-#      (in the background from step 3 on, so it overlaps steps 4-7)
+#      in the background from step 3 on; the build outlives setup, and
+#      `setup.sh --wait-tofu` (make test, make demo TF=tofu) waits for it
 #
 # Idempotent: a second run only checks and takes seconds. Runs as root,
 # non-interactively. Progress goes to stderr, a one-line summary to stdout.
@@ -45,8 +46,6 @@ t0=$(now_ms)
 cleanup=()
 on_exit() {
 	local p
-	# A background build (OpenTofu, section 8) does not outlive a failed run.
-	[[ -n ${tofu_pid:-} ]] && kill -TERM "$tofu_pid" 2>/dev/null
 	for p in "${cleanup[@]}"; do rm -rf "$p"; done
 }
 trap on_exit EXIT
@@ -683,53 +682,89 @@ ensure_images() {
 RC_TOFU=$RC_BIN/tofu
 RC_TOFU_MODULE=github.com/opentofu/opentofu
 RC_TOFU_VERSION=1.12.6
-tofu_pid=""
-tofu_log=""
-tofu_t=0
+# The build runs detached (its own session) and outlives setup: setup
+# ends once the sandboxes can run, and what needs OpenTofu (make test's
+# OpenTofu pass, make demo TF=tofu) first runs `setup.sh --wait-tofu`.
+# Its directory keeps the log, the pid and the outcome.
+RC_TOFU_BUILD=$RC_PREFIX/.tofu-build
 
 tofu_ok() {
 	# (A missing CLI configuration file makes it print a warning first.)
 	[[ -x $RC_TOFU ]] && CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null | grep -qx "OpenTofu v$RC_TOFU_VERSION"
 }
 
-# start_tofu starts the build in the background (about 6.6 minutes on two
-# busy cores with a cold cache); wait_tofu collects it.
+# tofu_building reports whether our background build runs (its pid, with
+# the marker argument, so a reused pid never counts).
+tofu_building() {
+	local pid
+	[[ -r $RC_TOFU_BUILD/pid ]] || return 1
+	pid=$(<"$RC_TOFU_BUILD/pid")
+	pid=${pid//[^0-9]/}
+	[[ -n $pid ]] && tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx rarecloud-tofu-build
+}
+
+# start_tofu starts the build in the background (about 8 minutes of CPU
+# with a cold cache) unless the CLI is there or a build already runs.
 start_tofu() {
 	if tofu_ok; then
 		log "tofu ok ($RC_TOFU_VERSION)"
 		summary+=("tofu ok")
 		return
 	fi
-	local dir tmp
+	if tofu_building; then
+		log "OpenTofu $RC_TOFU_VERSION is being built in the background (log $RC_TOFU_BUILD/build.log)"
+		summary+=("tofu $RC_TOFU_VERSION building in the background")
+		return
+	fi
+	local dir
 	dir=$(cd / && go mod download -json "$RC_TOFU_MODULE@v$RC_TOFU_VERSION" </dev/null | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 	[[ -n $dir && -f $dir/go.mod ]] || die "go mod download $RC_TOFU_MODULE@v$RC_TOFU_VERSION failed"
-	mkdir -p "$RC_BIN"
-	tmp=$(mktemp -d "$RC_PREFIX/.build.XXXXXX")
-	cleanup+=("$tmp")
-	tofu_log=$tmp/build.log
-	log "building OpenTofu $RC_TOFU_VERSION in the background (log $tofu_log)"
-	tofu_t=$(now_ms)
-	(
-		cd "$dir"
-		CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go build -trimpath \
+	mkdir -p "$RC_BIN" "$RC_TOFU_BUILD"
+	rm -f "$RC_TOFU_BUILD/status" "$RC_TOFU_BUILD/tofu" "$RC_TOFU_BUILD/pid"
+	now_ms >"$RC_TOFU_BUILD/started"
+	log "building OpenTofu $RC_TOFU_VERSION in the background (log $RC_TOFU_BUILD/build.log); make test and make demo TF=tofu wait for it"
+	# The binary replaces the old one only when built and reporting the
+	# pinned version; status says how it ended.
+	setsid bash -c '
+		echo $$ >"$2/pid"
+		cd "$1" || exit 1
+		if CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go build -trimpath \
 			-ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
-			-o "$tmp/tofu" ./cmd/tofu
-	) </dev/null >"$tofu_log" 2>&1 &
-	tofu_pid=$!
+			-o "$2/tofu" ./cmd/tofu && mv -f "$2/tofu" "$3"; then
+			echo ok >"$2/status"
+		else
+			echo failed >"$2/status"
+		fi
+	' rarecloud-tofu-build "$dir" "$RC_TOFU_BUILD" "$RC_TOFU" </dev/null >"$RC_TOFU_BUILD/build.log" 2>&1 &
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[[ -s $RC_TOFU_BUILD/pid ]] && break
+		sleep 0.05
+	done
+	summary+=("tofu $RC_TOFU_VERSION building in the background")
 }
 
+# wait_tofu (setup.sh --wait-tofu) returns once the pinned OpenTofu CLI is
+# installed: at once when it is, after the background build when one
+# runs, after a build of its own otherwise.
 wait_tofu() {
-	[[ -n $tofu_pid ]] || return 0
-	log "waiting for the OpenTofu build"
-	if ! wait "$tofu_pid"; then
-		die "building OpenTofu $RC_TOFU_VERSION failed:
-$(tail -n 20 "$tofu_log")"
+	tofu_ok && return 0
+	tofu_building || start_tofu
+	log "waiting for the OpenTofu build (log $RC_TOFU_BUILD/build.log)"
+	while tofu_building; do sleep 1; done
+	if [[ $(cat "$RC_TOFU_BUILD/status" 2>/dev/null) != ok ]] || ! tofu_ok; then
+		die "building OpenTofu $RC_TOFU_VERSION failed (log $RC_TOFU_BUILD/build.log):
+$(tail -n 20 "$RC_TOFU_BUILD/build.log")"
 	fi
-	tofu_pid=""
-	mv -f "$(dirname "$tofu_log")/tofu" "$RC_TOFU"
-	tofu_ok || die "$RC_TOFU does not report OpenTofu v$RC_TOFU_VERSION"
-	summary+=("tofu $RC_TOFU_VERSION built ($((($(now_ms) - tofu_t) / 1000))s)")
+	local started
+	started=$(cat "$RC_TOFU_BUILD/started" 2>/dev/null || now_ms)
+	log "tofu $RC_TOFU_VERSION built ($((($(now_ms) - started) / 1000))s after its build started)"
 }
+
+if [[ ${1:-} == --wait-tofu ]]; then
+	wait_tofu
+	exit 0
+fi
 
 check_tools
 ensure_packages
@@ -741,7 +776,6 @@ ensure_network
 ensure_dns
 ensure_egress
 ensure_images
-wait_tofu
 
 total=$(($(now_ms) - t0))
 line="setup:"

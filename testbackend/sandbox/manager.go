@@ -99,7 +99,10 @@ type Manager struct {
 	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
-	refills  map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
+	// warmStarts counts the warm containers starting now, across
+	// templates (at most warmStartsAtOnce, pool.go).
+	warmStarts int
+	refills    map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
 	// changed holds, per sandbox, a channel closed at its next status change.
 	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.

@@ -20,6 +20,7 @@ type warmPool struct {
 	filling int
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
+	retryAt time.Time       // no start before this (after a failed one)
 	sizing  poolSizing      // how many to keep (pool_size.go)
 }
 
@@ -81,7 +82,18 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	m.refillLocked(r.template)
 }
 
-// refillLocked starts containers until the template's pool is full.
+// warmStartsAtOnce is how many warm containers start at a time, across
+// templates. A start is CPU-bound (a gVisor boot): on two cores, starting
+// several at once does not make the pool fill sooner, it makes every
+// start, every cold start a client waits for and every command slower
+// (measured 2026-12-02 on this project's 2-core machines: with the pool
+// growing by several at once, creates at 1/s waited 25 s at p50 for
+// running). One at a time leaves a core to the clients.
+const warmStartsAtOnce = 1
+
+// refillLocked starts a container for the template's pool when it is not
+// full and a warm start is free; the end of each warm start looks again
+// (refillAllLocked), so pools fill one container after another.
 func (m *Manager) refillLocked(template string) {
 	if m.cfg.PoolSize <= 0 || m.cfg.Mode != ModeReal || m.ctx.Err() != nil {
 		return
@@ -91,24 +103,30 @@ func (m *Manager) refillLocked(template string) {
 		p = &warmPool{names: map[string]bool{}}
 		m.pools[template] = p
 	}
-	for len(p.ready)+p.filling < m.poolTargetLocked(p) {
-		p.filling++
-		spec := m.poolSpec(template)
-		p.names[spec.Name] = true
-		wait := p.backoff
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			if wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-m.ctx.Done():
-				}
-			}
-			t0 := time.Now()
-			cid, err := m.startWarm(spec)
-			m.poolStarted(template, spec.Name, cid, time.Since(t0), err)
-		}()
+	if m.warmStarts >= warmStartsAtOnce || time.Now().Before(p.retryAt) || len(p.ready)+p.filling >= m.poolTargetLocked(p) {
+		return
+	}
+	p.filling++
+	m.warmStarts++
+	spec := m.poolSpec(template)
+	p.names[spec.Name] = true
+	started := m.goLocked(func() {
+		t0 := time.Now()
+		cid, err := m.startWarm(spec)
+		m.poolStarted(template, spec.Name, cid, time.Since(t0), err)
+	})
+	if !started { // closing
+		p.filling--
+		m.warmStarts--
+		delete(p.names, spec.Name)
+	}
+}
+
+// refillAllLocked gives the free warm start to the first template, in
+// the templates' order, whose pool is not full.
+func (m *Manager) refillAllLocked() {
+	for _, name := range m.order {
+		m.refillLocked(name)
 	}
 }
 
@@ -137,16 +155,29 @@ func (m *Manager) poolStarted(template, name, cid string, took time.Duration, er
 	defer m.mu.Unlock()
 	p := m.pools[template]
 	p.filling--
+	m.warmStarts--
+	defer func() {
+		if m.ctx.Err() == nil {
+			m.refillAllLocked()
+		}
+	}()
 	if err != nil || m.ctx.Err() != nil {
 		delete(p.names, name)
-		if m.ctx.Err() == nil {
-			m.log.Warn("warm pool: container did not start", "template", template, "err", err)
-			p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
-		}
 		m.removeLaterLocked(name)
-		if m.ctx.Err() == nil {
-			m.refillLocked(template)
+		if m.ctx.Err() != nil {
+			return
 		}
+		// This template waits before its next try; the others go on.
+		m.log.Warn("warm pool: container did not start", "template", template, "err", err)
+		p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
+		p.retryAt = time.Now().Add(p.backoff)
+		time.AfterFunc(p.backoff, func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.ctx.Err() == nil {
+				m.refillAllLocked()
+			}
+		})
 		return
 	}
 	delete(p.names, name)
