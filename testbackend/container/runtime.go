@@ -122,6 +122,13 @@ type Runtime interface {
 	Wait(ctx context.Context, id string) Exit
 	// Exec runs a process as the sandbox user.
 	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	// WriteFile writes content to an absolute path as the sandbox user,
+	// creating parents; the file is replaced whole or not at all. A refusal
+	// is one of the file errors (files.go).
+	WriteFile(ctx context.Context, id, path, content string) error
+	// ReadFile reads a file as the sandbox user; past limit bytes it is
+	// ErrFileTooLarge. A refusal is one of the file errors (files.go).
+	ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error)
 	// Logs returns the main process's stdout and stderr interleaved as they came, at most limit bytes (the tail).
 	Logs(ctx context.Context, id string, limit int) ([]byte, error)
 	// Remove stops and removes the container; ErrNotFound counts as done and returns nil.

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -148,24 +147,6 @@ func (m *Manager) execErr(id string, err error) error {
 	return m.mapRuntimeErr(id, err)
 }
 
-// Scripts for files. They run as the sandbox user, so what may be written
-// is decided by the sandbox's own permissions, never by the backend.
-const (
-	// The content goes to a temporary file that replaces the target only
-	// when complete: a full disk never leaves half a file behind or eats
-	// the old one, and a symlink at the path is replaced, not followed.
-	writeScript = `p=$1; d=$(dirname -- "$p")
-[ -d "$p" ] && exit 11
-mkdir -p -- "$d" || exit 10
-t="$d/.rarecloud-write.$$"
-if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
-mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
-	readScript = `[ -e "$1" ] || exit 10
-[ -d "$1" ] && exit 11
-[ -r "$1" ] || exit 12
-cat -- "$1"`
-)
-
 // WriteFile writes content to an absolute path, creating parents.
 func (m *Manager) WriteFile(ctx context.Context, account, id, path, content string) error {
 	if err := ValidatePath(path); err != nil {
@@ -197,16 +178,10 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 		}
 		return nil
 	}
-	res, err := m.rt.Exec(ctx, sb.ContainerID, container.ExecRequest{
-		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
-		Stdin:     strings.NewReader(content),
-		Timeout:   60 * time.Second,
-		MaxOutput: 64 << 10,
-	})
-	if err != nil {
-		return m.execErr(id, err)
+	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content); err != nil {
+		return m.fileErr(id, path, true, err)
 	}
-	return fileErr(path, res, true)
+	return nil
 }
 
 // ReadFile reads a text file.
@@ -226,53 +201,46 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 		}
 		return content, nil
 	}
-	res, err := m.rt.Exec(ctx, sb.ContainerID, container.ExecRequest{
-		Cmd:       []string{"sh", "-c", readScript, "sh", path},
-		Timeout:   60 * time.Second,
-		MaxOutput: MaxReadFileBytes,
-	})
+	content, err := m.rt.ReadFile(ctx, sb.ContainerID, path, MaxReadFileBytes)
 	if err != nil {
-		return "", m.execErr(id, err)
+		return "", m.fileErr(id, path, false, err)
 	}
-	if err := fileErr(path, res, false); err != nil {
-		return "", err
-	}
-	if res.StdoutTruncated {
-		return "", errorf(CodeFileTooLarge, "file %s is larger than %d bytes; read it in parts with a command", path, MaxReadFileBytes)
-	}
-	if !utf8.Valid(res.Stdout) {
+	if !utf8.Valid(content) {
 		return "", errorf(CodeFileNotText, "file %s is not valid UTF-8 text; encode it (for example with base64) and read the encoded copy", path)
 	}
-	return string(res.Stdout), nil
+	return string(content), nil
 }
 
-func fileErr(path string, res container.ExecResult, write bool) error {
-	if res.TimedOut || res.ExitCode == nil {
+// fileErr maps a failed file operation onto the API's answer: the
+// runtime's file errors (container/files.go) by what the sandbox refused,
+// engine errors as every exec's.
+func (m *Manager) fileErr(id, path string, write bool, err error) error {
+	verb := "read"
+	if write {
+		verb = "write"
+	}
+	var failed *container.FileFailure
+	switch {
+	case errors.Is(err, container.ErrFileTimedOut):
 		return errorf(CodeInternal, "file operation on %s timed out", path)
-	}
-	stderr := string(bytes.TrimSpace(res.Stderr))
-	switch code := *res.ExitCode; {
-	case code == 0:
-		return nil
-	case code == 10 && !write:
+	case errors.Is(err, container.ErrFileNotFound):
 		return errorf(CodeFileNotFound, "file %s not found", path)
-	case code == 11:
+	case errors.Is(err, container.ErrIsADirectory):
 		return errorf(CodeIsADirectory, "%s is a directory", path)
-	case strings.Contains(stderr, "File name too long"):
+	case errors.Is(err, container.ErrNameTooLong):
 		return errorf(CodeInvalidPath, "a name in %s is too long for the file system (at most 255 bytes per name)", path)
-	case strings.Contains(stderr, "Not a directory"), strings.Contains(stderr, "File exists"):
+	case errors.Is(err, container.ErrParentNotDirectory):
 		return errorf(CodeInvalidPath, "a parent of %s is a file, not a directory", path)
-	case strings.Contains(stderr, "No space left"):
+	case errors.Is(err, container.ErrNoSpace):
 		return errorf(CodeStorageFull, "no space left to write %s: the writable areas are /home/user and /tmp, each with a fixed size", path)
-	case code == 10 || code == 12:
-		verb := "read"
-		if write {
-			verb = "write"
-		}
+	case errors.Is(err, container.ErrFilePermission):
 		return errorf(CodePermissionDenied, "the sandbox user (uid 10001) may not %s %s; writable areas are /home/user and /tmp", verb, path)
-	default:
-		return errorf(CodeInternal, "file operation on %s failed with exit code %d: %s", path, code, stderr)
+	case errors.Is(err, container.ErrFileTooLarge):
+		return errorf(CodeFileTooLarge, "file %s is larger than %d bytes; read it in parts with a command", path, MaxReadFileBytes)
+	case errors.As(err, &failed):
+		return errorf(CodeInternal, "file operation on %s failed with exit code %d: %s", path, failed.ExitCode, failed.Stderr)
 	}
+	return m.execErr(id, err)
 }
 
 // Logs returns the run-mode program's output, stdout and stderr

@@ -80,7 +80,17 @@ func (h *holdRuntime) Exec(ctx context.Context, cid string, _ container.ExecRequ
 	zero := 0
 	return container.ExecResult{ExitCode: &zero}, nil
 }
-func (*holdRuntime) Prepare(context.Context, string) error               { return nil }
+func (*holdRuntime) Prepare(context.Context, string) error { return nil }
+
+// Files are operations in a container, like Exec: held in the held one.
+func (h *holdRuntime) WriteFile(ctx context.Context, cid, _, _ string) error {
+	_, err := h.Exec(ctx, cid, container.ExecRequest{})
+	return err
+}
+func (h *holdRuntime) ReadFile(ctx context.Context, cid, _ string, _ int) ([]byte, error) {
+	_, err := h.Exec(ctx, cid, container.ExecRequest{})
+	return nil, err
+}
 func (h *holdRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (h *holdRuntime) Remove(_ context.Context, id string) error {
 	h.mu.Lock()

@@ -129,6 +129,16 @@ func (f *fakeRuntime) Prepare(_ context.Context, id string) error {
 	f.prepared[id] = true
 	return nil
 }
+
+// Files are operations in a container, like Exec: they fail once it is gone.
+func (f *fakeRuntime) WriteFile(ctx context.Context, id, _, _ string) error {
+	_, err := f.Exec(ctx, id, container.ExecRequest{})
+	return err
+}
+func (f *fakeRuntime) ReadFile(ctx context.Context, id, _ string, _ int) ([]byte, error) {
+	_, err := f.Exec(ctx, id, container.ExecRequest{})
+	return nil, err
+}
 func (f *fakeRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
 func (f *fakeRuntime) Remove(ctx context.Context, ref string) error {
 	f.mu.Lock()

@@ -43,7 +43,13 @@ func (g *gateRuntime) Wait(context.Context, string) container.Exit {
 func (g *gateRuntime) Exec(context.Context, string, container.ExecRequest) (container.ExecResult, error) {
 	return container.ExecResult{}, errors.New("not used")
 }
-func (*gateRuntime) Prepare(context.Context, string) error                 { return nil }
+func (*gateRuntime) Prepare(context.Context, string) error { return nil }
+func (g *gateRuntime) WriteFile(context.Context, string, string, string) error {
+	return errors.New("not used")
+}
+func (g *gateRuntime) ReadFile(context.Context, string, string, int) ([]byte, error) {
+	return nil, errors.New("not used")
+}
 func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error)   { return nil, nil }
 func (g *gateRuntime) Remove(context.Context, string) error                { return nil }
 func (g *gateRuntime) List(context.Context) ([]container.Container, error) { return nil, nil }

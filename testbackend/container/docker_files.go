@@ -1,0 +1,91 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"time"
+)
+
+// Scripts for files. They run as the sandbox user, so what may be written
+// is decided by the sandbox's own permissions, never by the backend.
+const (
+	// The content goes to a temporary file that replaces the target only
+	// when complete: a full disk never leaves half a file behind or eats
+	// the old one, and a symlink at the path is replaced, not followed.
+	writeScript = `p=$1; d=$(dirname -- "$p")
+[ -d "$p" ] && exit 11
+mkdir -p -- "$d" || exit 10
+t="$d/.rarecloud-write.$$"
+if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
+mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
+	readScript = `[ -e "$1" ] || exit 10
+[ -d "$1" ] && exit 11
+[ -r "$1" ] || exit 12
+cat -- "$1"`
+)
+
+// fileTimeout bounds one file operation.
+const fileTimeout = 60 * time.Second
+
+// WriteFile writes content to an absolute path as the sandbox user,
+// creating parents, with writeScript.
+func (d *Docker) WriteFile(ctx context.Context, id, path, content string) error {
+	res, err := d.Exec(ctx, id, ExecRequest{
+		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
+		Stdin:     strings.NewReader(content),
+		Timeout:   fileTimeout,
+		MaxOutput: 64 << 10,
+	})
+	if err != nil {
+		return err
+	}
+	return fileResult(res, true)
+}
+
+// ReadFile reads a file as the sandbox user with readScript; a file of
+// more than limit bytes is ErrFileTooLarge.
+func (d *Docker) ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error) {
+	res, err := d.Exec(ctx, id, ExecRequest{
+		Cmd:       []string{"sh", "-c", readScript, "sh", path},
+		Timeout:   fileTimeout,
+		MaxOutput: limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := fileResult(res, false); err != nil {
+		return nil, err
+	}
+	if res.StdoutTruncated {
+		return nil, ErrFileTooLarge
+	}
+	return res.Stdout, nil
+}
+
+// fileResult reads how a file script ended: its exit code (the scripts'
+// own 10, 11 and 12) and what the tools it ran said on stderr.
+func fileResult(res ExecResult, write bool) error {
+	if res.TimedOut || res.ExitCode == nil {
+		return ErrFileTimedOut
+	}
+	stderr := string(bytes.TrimSpace(res.Stderr))
+	switch code := *res.ExitCode; {
+	case code == 0:
+		return nil
+	case code == 10 && !write:
+		return ErrFileNotFound
+	case code == 11:
+		return ErrIsADirectory
+	case strings.Contains(stderr, "File name too long"):
+		return ErrNameTooLong
+	case strings.Contains(stderr, "Not a directory"), strings.Contains(stderr, "File exists"):
+		return ErrParentNotDirectory
+	case strings.Contains(stderr, "No space left"):
+		return ErrNoSpace
+	case code == 10 || code == 12:
+		return ErrFilePermission
+	default:
+		return &FileFailure{ExitCode: code, Stderr: stderr}
+	}
+}
