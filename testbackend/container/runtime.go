@@ -138,3 +138,13 @@ type Runtime interface {
 	// Close releases the engine client.
 	Close() error
 }
+
+// Immediate is implemented by a runtime that runs nothing (the test mode's,
+// package testmode) when Immediate reports true: Start returns with the
+// container up and a run-mode program already ended (Wait answers at
+// once). The sandbox package starts such a sandbox within its create,
+// which then answers running (in run mode: exited), and asks for no egress
+// rules, since nothing in it could send a packet.
+type Immediate interface {
+	Immediate() bool
+}
