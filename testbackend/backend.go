@@ -172,7 +172,16 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 
-	if cfg.Mode == sandbox.ModeReal {
+	// The mode is chosen here, once: it picks the runtime (and whether
+	// warm containers are kept); the lifecycle is the same in both.
+	poolSize := cfg.PoolSize
+	switch cfg.Mode {
+	case sandbox.ModeTest:
+		if b.rt, err = openTestRuntime(dataDir, st); err != nil {
+			return nil, err
+		}
+		poolSize = 0 // nothing to warm: its containers start at once
+	case sandbox.ModeReal:
 		if err := checkFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
@@ -204,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		MinIdleTimeout: cfg.MinIdleTimeout,
 		HomeBytes:      cfg.HomeBytes,
 		TmpBytes:       cfg.TmpBytes,
-		PoolSize:       cfg.PoolSize,
+		PoolSize:       poolSize,
 		PoolMax:        cfg.PoolMax,
 		Logger:         cfg.Logger,
 
@@ -347,7 +356,8 @@ func (b *Backend) DevToken() string { return b.devToken }
 // DevTokenCreated reports whether this start created the development token.
 func (b *Backend) DevTokenCreated() bool { return b.devTokenNew }
 
-// Runtime exposes the engine client (nil in test mode), for tests.
+// Runtime exposes the engine client (in test mode package testmode's
+// runtime), for tests.
 func (b *Backend) Runtime() container.Runtime { return b.rt }
 
 // Manager exposes the lifecycle, for tests that need to look behind the API.

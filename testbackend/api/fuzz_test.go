@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
 )
 
 // The fuzz targets drive two backends: a test-mode one in process (no
@@ -42,7 +44,11 @@ func fuzzServer(t testing.TB) (http.Handler, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := sbxpkg.New(sbxpkg.Config{Mode: sbxpkg.ModeTest, Store: st})
+		rt, err := testmode.Open(filepath.Join(dir, "testmode"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sbxpkg.New(sbxpkg.Config{Mode: sbxpkg.ModeTest, Runtime: rt, Store: st})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,9 +34,6 @@ const removeTimeout = 30 * time.Second
 // cut short (it is bounded by removeTimeout). After Close, the next
 // start's reconciliation removes what is left.
 func (m *Manager) removeLaterLocked(ref string) {
-	if m.rt == nil {
-		return
-	}
 	m.goLocked(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), removeTimeout)
 		defer cancel()

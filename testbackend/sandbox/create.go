@@ -166,21 +166,26 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	if req.Image != "" {
 		image = req.Image
 	}
-	if m.cfg.Mode == ModeReal {
-		if err := m.ensureImage(ctx, image); err != nil {
+	if err := m.ensureImage(ctx, image); err != nil {
+		return CreateResult{}, err
+	}
+	sb := m.newRecord(account, tpl, image, req, idem)
+	if m.immediate {
+		if err := m.startImmediate(ctx, sb); err != nil {
 			return CreateResult{}, err
 		}
 	}
-	sb := m.newRecord(account, tpl, image, req, idem)
 
 	m.mu.Lock()
 	if err := m.checkCapacityLocked(account, tpl); err != nil {
+		if sb.ContainerID != "" {
+			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
+		}
 		m.mu.Unlock()
 		return CreateResult{}, err
 	}
-	var claimed string
-	if m.cfg.Mode == ModeReal {
-		if claimed = m.claimLocked(sb.ID, tpl, req, image); claimed != "" {
+	if sb.Status == StatusPending {
+		if claimed := m.claimLocked(sb.ID, tpl, req, image); claimed != "" {
 			sb.Status, sb.ContainerID = StatusRunning, claimed
 			m.startIdleClockLocked(sb, time.Now())
 		}
@@ -200,23 +205,21 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		if m.boxes[sb.ID] == sb {
 			m.forgetLocked(sb)
 		}
-		if claimed != "" {
-			m.removeLaterLocked(claimed)
+		if sb.ContainerID != "" {
+			m.removeLaterLocked(sb.ContainerID) // claimed, or started at once
 		}
 		return CreateResult{}, errorf(CodeInternal, "could not save sandbox %s: %v", sb.ID, werr)
 	}
 	if m.boxes[sb.ID] != sb {
 		// Deleted before its record was on disk: Delete removes the claimed
-		// container, and nothing else was started.
+		// (or at once started) container, and nothing else was started.
 		return CreateResult{Sandbox: v}, nil
 	}
 	switch sb.Status {
 	case StatusPending:
 		m.startAsyncLocked(sb)
 	case StatusRunning:
-		if claimed != "" {
-			m.watchLocked(sb)
-		}
+		m.watchLocked(sb) // a claimed, or at once started, container
 	}
 	return CreateResult{Sandbox: view(sb)}, nil
 }
@@ -239,8 +242,7 @@ func (m *Manager) ensureImage(ctx context.Context, image string) error {
 	return nil
 }
 
-// newRecord is the record of a new sandbox: pending, or in test mode
-// running (or, in run mode, exited) at once.
+// newRecord is the record of a new sandbox, pending.
 func (m *Manager) newRecord(account string, tpl Template, image string, req CreateRequest, idem *store.Idempotency) *store.Sandbox {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb := &store.Sandbox{
@@ -266,16 +268,6 @@ func (m *Manager) newRecord(account string, tpl Template, image string, req Crea
 	}
 	if idem != nil {
 		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
-	}
-	if m.cfg.Mode == ModeTest {
-		// Test mode: no container; the sandbox runs at once, and a run-mode
-		// program "exits" at once without executing anything.
-		sb.Status, sb.Env = StatusRunning, nil
-		m.startIdleClockLocked(sb, now)
-		if sb.RunMode {
-			code := 0
-			sb.Status, sb.ExitCode, sb.EndedAt = StatusExited, &code, &now
-		}
 	}
 	return sb
 }
@@ -307,7 +299,7 @@ func (m *Manager) specFor(sb *store.Sandbox) container.Spec {
 		tmp = m.cfg.TmpBytes
 	}
 	return container.Spec{
-		Name:        containerName(sb.ID),
+		Name:        ContainerName(sb.ID),
 		Image:       sb.Image,
 		Entrypoint:  sb.Entrypoint,
 		Cmd:         sb.Cmd,
@@ -331,7 +323,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		// Deleted or expired while starting: the container must not outlive it.
 		m.mu.Unlock()
 		if cid != "" || startErr == nil {
-			_ = m.rt.Remove(context.Background(), containerName(id))
+			_ = m.rt.Remove(context.Background(), ContainerName(id))
 		}
 		m.releaseEgress(id)
 		return
@@ -349,7 +341,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		}
 		m.log.Warn("sandbox start failed", "sandbox", id, "err", startErr)
 		m.mu.Unlock()
-		_ = m.rt.Remove(context.Background(), containerName(id))
+		_ = m.rt.Remove(context.Background(), ContainerName(id))
 		m.releaseEgress(id)
 		m.mu.Lock()
 		if m.boxes[id] == sb && sb.Status == StatusPending {

@@ -60,16 +60,13 @@ func (m *Manager) dropLocked(sb *store.Sandbox) {
 // removeContainer removes the sandbox's container by name, so a container
 // whose start was still in flight goes too.
 func (m *Manager) removeContainer(ctx context.Context, sb *store.Sandbox) error {
-	if m.rt == nil {
-		return nil
-	}
 	if sb.ContainerID != "" {
 		// A claimed warm container has a pool name, not the sandbox's.
 		if err := m.rt.Remove(ctx, sb.ContainerID); err != nil && !errors.Is(err, container.ErrEngineUnavailable) {
 			return errorf(CodeInternal, "could not remove the container of sandbox %s: %v", sb.ID, err)
 		}
 	}
-	if err := m.rt.Remove(ctx, containerName(sb.ID)); err != nil {
+	if err := m.rt.Remove(ctx, ContainerName(sb.ID)); err != nil {
 		if errors.Is(err, container.ErrEngineUnavailable) {
 			// The record is gone; reconciliation removes the container
 			// once the engine is back.
@@ -82,4 +79,6 @@ func (m *Manager) removeContainer(ctx context.Context, sb *store.Sandbox) error 
 	return nil
 }
 
-func containerName(id string) string { return "rarecloud-" + id }
+// ContainerName is the name of a sandbox's own container (a claimed warm
+// container keeps its pool name).
+func ContainerName(id string) string { return "rarecloud-" + id }

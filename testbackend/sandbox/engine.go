@@ -30,9 +30,6 @@ const engineFresh = time.Second
 // check runs at a time, in the background; callers share its result and
 // each waits only as long as its own ctx allows.
 func (m *Manager) EngineAvailable(ctx context.Context) error {
-	if m.cfg.Mode == ModeTest {
-		return nil
-	}
 	m.engine.mu.Lock()
 	if !m.engine.down && !m.engine.lastOK.IsZero() && time.Since(m.engine.lastOK) < engineFresh {
 		m.engine.mu.Unlock()

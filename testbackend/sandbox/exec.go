@@ -121,10 +121,6 @@ func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutM
 }
 
 func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req container.ExecRequest) (ExecOutput, error) {
-	if m.cfg.Mode == ModeTest {
-		zero := 0
-		return ExecOutput{ExitCode: &zero}, nil
-	}
 	res, err := m.rt.Exec(ctx, sb.ContainerID, req)
 	if err != nil {
 		return ExecOutput{}, m.execErr(sb.ID, err)
@@ -160,24 +156,6 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 	if err != nil {
 		return err
 	}
-	if m.cfg.Mode == ModeTest {
-		m.mu.Lock()
-		live := m.boxes[id]
-		if live == nil {
-			m.mu.Unlock()
-			return notFound(id)
-		}
-		if live.Files == nil {
-			live.Files = map[string]string{}
-		}
-		live.Files[path] = content
-		w := m.putSandboxLocked(live)
-		m.mu.Unlock()
-		if err := w.wait(); err != nil {
-			return errorf(CodeInternal, "could not save sandbox %s: %v", id, err)
-		}
-		return nil
-	}
 	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content); err != nil {
 		return m.fileErr(id, path, true, err)
 	}
@@ -193,13 +171,6 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
 		return "", err
-	}
-	if m.cfg.Mode == ModeTest {
-		content, ok := sb.Files[path]
-		if !ok {
-			return "", errorf(CodeFileNotFound, "file %s not found in sandbox %s", path, id)
-		}
-		return content, nil
 	}
 	content, err := m.rt.ReadFile(ctx, sb.ContainerID, path, MaxReadFileBytes)
 	if err != nil {
@@ -256,7 +227,7 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 	snap := *sb
 	m.mu.Unlock()
 	switch {
-	case m.cfg.Mode == ModeTest || snap.Status == StatusExited || snap.Status == StatusTerminated:
+	case snap.Status == StatusExited || snap.Status == StatusTerminated:
 		return snap.Logs, nil
 	case snap.Status == StatusPending || !snap.RunMode:
 		// Only run mode has a program of its own; a sandbox that waits

@@ -65,9 +65,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 
-	if m.cfg.Mode == ModeTest {
-		return nil
-	}
 	// Before anything else: live restricted sandboxes get their rules back
 	// (a reboot or a lost table), and rules of sandboxes that ended while
 	// the backend was away go.

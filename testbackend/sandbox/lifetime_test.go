@@ -149,7 +149,7 @@ func TestOperationHoldsIdleClock(t *testing.T) {
 	// command is under way; shortened once it is.
 	held := create("600000")
 	rt.mu.Lock()
-	rt.hold = containerName(held.ID) + "-c"
+	rt.hold = ContainerName(held.ID) + "-c"
 	rt.mu.Unlock()
 	done := make(chan error, 1)
 	go func() {

@@ -260,7 +260,7 @@ func TestEngineCheckIsSharedAndWaitersLeave(t *testing.T) {
 // up no read of another sandbox, nor of the same one, nor a write of
 // another; the create waiting for it answers once it is on disk.
 func TestSlowDiskDelaysNoOtherSandbox(t *testing.T) {
-	m, st := newFakeManager(t, nil, ModeTest)
+	m, st := newFakeManager(t, testRuntime(t, t.TempDir()), ModeTest)
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestSlowDiskDelaysNoOtherSandbox(t *testing.T) {
 // the writer in order reach the disk in order, the last one wins, even
 // when the first is held in fsync while the others queue.
 func TestStaleWriteNeverOverwritesNewer(t *testing.T) {
-	m, st := newFakeManager(t, nil, ModeTest)
+	m, st := newFakeManager(t, testRuntime(t, t.TempDir()), ModeTest)
 	gate, entered := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	st.SetBeforeSync(func(string) { once.Do(func() { close(entered); <-gate }) })

@@ -27,7 +27,11 @@ const (
 	StatusTerminated = "terminated"
 )
 
-// Modes of the backend.
+// Modes of the backend. The backend picks the runtime by its mode
+// (testbackend/backend.go: Docker under gVisor, or package testmode's,
+// which runs nothing); the lifecycle never looks at the mode, only the
+// runtime does what differs. The mode is reported (Mode), for /v1/health
+// and the API's "mocked" flag.
 const (
 	ModeReal = "real"
 	ModeTest = "test"
@@ -35,8 +39,8 @@ const (
 
 // Config configures a Manager.
 type Config struct {
-	Mode      string            // ModeReal or ModeTest
-	Runtime   container.Runtime // required in ModeReal
+	Mode      string            // ModeReal or ModeTest, reported by Mode
+	Runtime   container.Runtime // required
 	Store     *store.Store
 	Templates []Template // default DefaultTemplates()
 	// Retention keeps exited and terminated records readable; default 24h.
@@ -77,8 +81,11 @@ type Config struct {
 
 // Manager owns every sandbox of one backend instance.
 type Manager struct {
-	cfg       Config
-	rt        container.Runtime
+	cfg Config
+	rt  container.Runtime
+	// immediate: the runtime runs nothing (container.Immediate), so a
+	// create starts its sandbox before it answers (create.go).
+	immediate bool
 	st        *store.Store
 	disk      *recordWriter // writes records off mu (records.go)
 	log       *slog.Logger
@@ -126,8 +133,8 @@ func New(cfg Config) (*Manager, error) {
 	default:
 		return nil, fmt.Errorf("sandbox: unknown mode %q (want real or test)", cfg.Mode)
 	}
-	if cfg.Mode == ModeReal && cfg.Runtime == nil {
-		return nil, errors.New("sandbox: real mode needs a runtime")
+	if cfg.Runtime == nil {
+		return nil, errors.New("sandbox: a runtime is required")
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = DefaultTemplates()
@@ -180,6 +187,9 @@ func New(cfg Config) (*Manager, error) {
 		poolChanged: make(chan struct{}),
 		removing:    map[string]chan struct{}{},
 	}
+	if imm, ok := cfg.Runtime.(container.Immediate); ok {
+		m.immediate = imm.Immediate()
+	}
 	for _, t := range cfg.Templates {
 		m.templates[t.Name] = t
 		m.order = append(m.order, t.Name)
@@ -187,7 +197,7 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Mode is ModeReal or ModeTest.
+// Mode is ModeReal or ModeTest, as the backend was configured.
 func (m *Manager) Mode() string { return m.cfg.Mode }
 
 // Templates lists the templates in their configured order.

@@ -95,7 +95,7 @@ const warmStartsAtOnce = 1
 // full and a warm start is free; the end of each warm start looks again
 // (refillAllLocked), so pools fill one container after another.
 func (m *Manager) refillLocked(template string) {
-	if m.cfg.PoolSize <= 0 || m.cfg.Mode != ModeReal || m.ctx.Err() != nil {
+	if m.cfg.PoolSize <= 0 || m.ctx.Err() != nil {
 		return
 	}
 	p := m.pools[template]
@@ -243,7 +243,7 @@ func (m *Manager) WaitPoolFull(ctx context.Context) error {
 	for {
 		m.mu.Lock()
 		full := true
-		if m.cfg.PoolSize > 0 && m.cfg.Mode == ModeReal {
+		if m.cfg.PoolSize > 0 {
 			for _, name := range m.order {
 				if p := m.pools[name]; p == nil || len(p.ready) < m.poolTargetLocked(p) {
 					full = false

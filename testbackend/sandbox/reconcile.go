@@ -148,7 +148,7 @@ func (x containerIndex) find(sb *store.Sandbox) (container.Container, bool) {
 	if c, ok := x.byID[sb.ContainerID]; ok && sb.ContainerID != "" {
 		return c, true
 	}
-	c, ok := x.byName[containerName(sb.ID)]
+	c, ok := x.byName[ContainerName(sb.ID)]
 	return c, ok
 }
 

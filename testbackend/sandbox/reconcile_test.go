@@ -182,7 +182,7 @@ func TestReconcileOnAStaleListKeepsWarmContainersAndTheirClaims(t *testing.T) {
 		rt.mu.Lock()
 		c := rt.containers[m.boxes[b.ID].ContainerID]
 		rt.mu.Unlock()
-		if c != nil && !strings.HasPrefix(c.Name, containerName(b.ID)) {
+		if c != nil && !strings.HasPrefix(c.Name, ContainerName(b.ID)) {
 			claimedWarm++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
 )
 
 // gateRuntime is an engine whose image check blocks until released, so a
@@ -54,6 +56,17 @@ func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error)   { ret
 func (g *gateRuntime) Remove(context.Context, string) error                { return nil }
 func (g *gateRuntime) List(context.Context) ([]container.Container, error) { return nil, nil }
 func (g *gateRuntime) Close() error                                        { return nil }
+
+// testRuntime is the test mode's runtime (package testmode), keeping its
+// containers under dir as a backend keeps them under its data directory.
+func testRuntime(t *testing.T, dir string) container.Runtime {
+	t.Helper()
+	rt, err := testmode.Open(filepath.Join(dir, "testmode"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
 
 func newManager(t *testing.T, rt container.Runtime, mode string, dir string) *Manager {
 	t.Helper()
@@ -105,14 +118,14 @@ func TestIdempotencyKeyInProgress(t *testing.T) {
 
 func TestIdempotencyKeysSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	m := newManager(t, nil, ModeTest, dir)
+	m := newManager(t, testRuntime(t, dir), ModeTest, dir)
 	req := CreateRequest{Template: "python", Labels: map[string]string{"a": "b"}}
 	first, err := m.Create(context.Background(), "acct", "key", req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Close()
-	m2 := newManager(t, nil, ModeTest, dir)
+	m2 := newManager(t, testRuntime(t, dir), ModeTest, dir)
 	again, err := m2.Create(context.Background(), "acct", "key", req)
 	if err != nil || !again.Replayed || again.Sandbox.ID != first.Sandbox.ID {
 		t.Fatalf("after restart: %+v %v", again, err)
@@ -131,7 +144,7 @@ func TestIdempotencyKeysSurviveRestart(t *testing.T) {
 }
 
 func TestValidateCreate(t *testing.T) {
-	m := newManager(t, nil, ModeTest, t.TempDir())
+	m := newManager(t, testRuntime(t, t.TempDir()), ModeTest, t.TempDir())
 	long := strings.Repeat("k", MaxLabelKeyLen+1)
 	for name, tc := range map[string]struct {
 		req  CreateRequest
@@ -175,7 +188,7 @@ func TestExpiryAndRetentionInTestMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Mode: ModeTest, Store: st, Retention: 300 * time.Millisecond})
+	m, err := New(Config{Mode: ModeTest, Runtime: testRuntime(t, t.TempDir()), Store: st, Retention: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

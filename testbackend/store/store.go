@@ -47,7 +47,9 @@ type Sandbox struct {
 	IdleExpiresAt *time.Time `json:"idleExpiresAt,omitempty"`
 	ContainerID   string     `json:"containerId,omitempty"`
 	Logs          string     `json:"logs,omitempty"`
-	// Files holds written files in test mode, where there is no container.
+	// Files held the files written in test mode before its runtime
+	// (package testmode) kept them with its containers; a test-mode start
+	// hands them over to it and drops them (testbackend/testmode.go).
 	Files map[string]string `json:"files,omitempty"`
 	// IdempotencyKey and RequestHash travel with the record they made, so
 	// a crash between writing the sandbox and writing the key can never
