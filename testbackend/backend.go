@@ -1,5 +1,7 @@
 // Package testbackend wires the RareCloud API v1 test backend together:
-// store, runtime, sandbox lifecycle and HTTP API. The command in
+// store, runtime, sandbox lifecycle and HTTP API. The mode is decided here
+// and only here: it picks the runtime (Docker under gVisor, or package
+// testmode's, which runs nothing); the lifecycle is the same in both. The command in
 // cmd/rarecloud-testbackend and the provider's acceptance tests both start
 // it through New.
 package testbackend

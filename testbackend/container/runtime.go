@@ -1,6 +1,8 @@
 // Package container runs sandboxes as Docker containers under the gVisor
 // runtime. It knows nothing about accounts, records or HTTP: the sandbox
 // package decides what to run, this package only drives the engine.
+// Runtime is what the sandbox package drives; the test mode drives
+// package testmode's instead.
 package container
 
 import (

@@ -1,7 +1,9 @@
 // Package sandbox is the sandbox lifecycle: create (with idempotency),
 // pending → running → exited/terminated, expiry, retention, exec and files,
 // and reconciliation with the engine after a restart. It owns the live
-// records; the store persists them and the runtime runs them.
+// records; the store persists them and the runtime runs them. It is the
+// same in both modes: the runtime is what differs (the test mode's, in
+// package testmode, runs nothing).
 package sandbox
 
 import (
