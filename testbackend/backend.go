@@ -51,11 +51,8 @@ type Config struct {
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
-	// PoolSize is how many warm containers each template keeps ready at
-	// least; 0 for none. PoolMax is the most it keeps while creates arrive
-	// faster than one warm container starts; 0 means 4 × PoolSize.
+	// PoolSize is how many warm containers each template keeps ready; 0 for none.
 	PoolSize int
-	PoolMax  int
 	// MaxInFlight is the per-account limit of concurrent requests (429 past it); 0 for the default.
 	MaxInFlight int
 	// Agent is the host path of the sandbox agent; default the one make
@@ -216,7 +213,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		HomeBytes:      cfg.HomeBytes,
 		TmpBytes:       cfg.TmpBytes,
 		PoolSize:       poolSize,
-		PoolMax:        cfg.PoolMax,
 		Logger:         cfg.Logger,
 
 		VCPULimit:         cfg.VCPULimit,

@@ -56,14 +56,8 @@ type Config struct {
 	TmpBytes  int64
 	// MaxProcs is the process limit of the sandbox user; default 512.
 	MaxProcs int64
-	// PoolSize is how many warm containers each template keeps at least;
-	// 0 for none. PoolMax is the most it keeps when creates arrive faster
-	// than warm containers start (pool_size.go); 0 means 4 × PoolSize.
-	// PoolIdle is how long the pool keeps containers beyond PoolSize after
-	// the last create it could serve; 0 means DefaultPoolIdle.
+	// PoolSize is how many warm containers each template keeps; 0 for none.
 	PoolSize int
-	PoolMax  int
-	PoolIdle time.Duration
 	// RefillDelay is how long the refill after a claim waits for the
 	// claimed sandbox's first operation to end, so that starting a warm
 	// container does not take the CPU that operation needs; default
@@ -108,10 +102,7 @@ type Manager struct {
 	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	pools    map[string]*warmPool
-	// warmStarts counts the warm containers starting now, across
-	// templates (at most warmStartsAtOnce, pool.go).
-	warmStarts int
-	refills    map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
+	refills  map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
 	// changed holds, per sandbox, a channel closed at its next status change.
 	changed map[string]chan struct{}
 	// poolChanged is closed and replaced whenever a pool gains a container.

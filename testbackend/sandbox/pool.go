@@ -20,28 +20,20 @@ type warmPool struct {
 	filling int
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
-	retryAt time.Time       // no start before this (after a failed one)
-	sizing  poolSizing      // how many to keep (pool_size.go)
 }
 
 // claimLocked takes a warm container for the request, or returns "". A
 // request with environment variables never gets one: its container must
-// start with them, so that the record need not keep their values. Every
-// request a warm container could have served counts as demand, served or
-// not, and is followed by a refill (pool_size.go, deferRefillLocked).
+// start with them, so that the record need not keep their values.
 func (m *Manager) claimLocked(sandboxID string, tpl Template, req CreateRequest, image string) string {
 	p := m.pools[tpl.Name]
 	// A restricted sandbox starts cold: its rules are keyed on an address
 	// chosen before its container exists (egress_start.go).
-	if p == nil || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
+	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
 		return ""
 	}
-	m.noteDemandLocked(tpl.Name, p, time.Now())
-	var cid string
-	if len(p.ready) > 0 {
-		cid = p.ready[0]
-		p.ready = p.ready[1:]
-	}
+	cid := p.ready[0]
+	p.ready = p.ready[1:]
 	m.deferRefillLocked(sandboxID, tpl.Name)
 	return cid
 }
@@ -82,18 +74,7 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	m.refillLocked(r.template)
 }
 
-// warmStartsAtOnce is how many warm containers start at a time, across
-// templates. A start is CPU-bound (a gVisor boot): on two cores, starting
-// several at once does not make the pool fill sooner, it makes every
-// start, every cold start a client waits for and every command slower
-// (measured 2026-12-02 on this project's 2-core machines: with the pool
-// growing by several at once, creates at 1/s waited 25 s at p50 for
-// running). One at a time leaves a core to the clients.
-const warmStartsAtOnce = 1
-
-// refillLocked starts a container for the template's pool when it is not
-// full and a warm start is free; the end of each warm start looks again
-// (refillAllLocked), so pools fill one container after another.
+// refillLocked starts containers until the template's pool is full.
 func (m *Manager) refillLocked(template string) {
 	if m.cfg.PoolSize <= 0 || m.ctx.Err() != nil {
 		return
@@ -103,30 +84,23 @@ func (m *Manager) refillLocked(template string) {
 		p = &warmPool{names: map[string]bool{}}
 		m.pools[template] = p
 	}
-	if m.warmStarts >= warmStartsAtOnce || time.Now().Before(p.retryAt) || len(p.ready)+p.filling >= m.poolTargetLocked(p) {
-		return
-	}
-	p.filling++
-	m.warmStarts++
-	spec := m.poolSpec(template)
-	p.names[spec.Name] = true
-	started := m.goLocked(func() {
-		t0 := time.Now()
-		cid, err := m.startWarm(spec)
-		m.poolStarted(template, spec.Name, cid, time.Since(t0), err)
-	})
-	if !started { // closing
-		p.filling--
-		m.warmStarts--
-		delete(p.names, spec.Name)
-	}
-}
-
-// refillAllLocked gives the free warm start to the first template, in
-// the templates' order, whose pool is not full.
-func (m *Manager) refillAllLocked() {
-	for _, name := range m.order {
-		m.refillLocked(name)
+	for len(p.ready)+p.filling < m.cfg.PoolSize {
+		p.filling++
+		spec := m.poolSpec(template)
+		p.names[spec.Name] = true
+		wait := p.backoff
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-m.ctx.Done():
+				}
+			}
+			cid, err := m.startWarm(spec)
+			m.poolStarted(template, spec.Name, cid, err)
+		}()
 	}
 }
 
@@ -150,45 +124,25 @@ func (m *Manager) startWarm(spec container.Spec) (string, error) {
 	return cid, nil
 }
 
-func (m *Manager) poolStarted(template, name, cid string, took time.Duration, err error) {
+func (m *Manager) poolStarted(template, name, cid string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pools[template]
 	p.filling--
-	m.warmStarts--
-	defer func() {
-		if m.ctx.Err() == nil {
-			m.refillAllLocked()
-		}
-	}()
 	if err != nil || m.ctx.Err() != nil {
 		delete(p.names, name)
-		m.removeLaterLocked(name)
-		if m.ctx.Err() != nil {
-			return
+		if m.ctx.Err() == nil {
+			m.log.Warn("warm pool: container did not start", "template", template, "err", err)
+			p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
 		}
-		// This template waits before its next try; the others go on.
-		m.log.Warn("warm pool: container did not start", "template", template, "err", err)
-		p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
-		p.retryAt = time.Now().Add(p.backoff)
-		time.AfterFunc(p.backoff, func() {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			if m.ctx.Err() == nil {
-				m.refillAllLocked()
-			}
-		})
+		m.removeLaterLocked(name)
+		if m.ctx.Err() == nil {
+			m.refillLocked(template)
+		}
 		return
 	}
 	delete(p.names, name)
 	p.backoff = 0
-	p.sizing.noteStart(took)
-	if len(p.ready) >= m.poolTargetLocked(p) {
-		// The pool went back to its size while this one started
-		// (pool_size.go): it is surplus.
-		m.removeLaterLocked(cid)
-		return
-	}
 	p.ready = append(p.ready, cid)
 	m.poolNotifyLocked()
 }
@@ -245,7 +199,7 @@ func (m *Manager) WaitPoolFull(ctx context.Context) error {
 		full := true
 		if m.cfg.PoolSize > 0 {
 			for _, name := range m.order {
-				if p := m.pools[name]; p == nil || len(p.ready) < m.poolTargetLocked(p) {
+				if p := m.pools[name]; p == nil || len(p.ready) < m.cfg.PoolSize {
 					full = false
 				}
 			}
