@@ -700,7 +700,7 @@ tofu_building() {
 	[[ -r $RC_TOFU_BUILD/pid ]] || return 1
 	pid=$(<"$RC_TOFU_BUILD/pid")
 	pid=${pid//[^0-9]/}
-	[[ -n $pid ]] && tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx rarecloud-tofu-build
+	[[ -n $pid ]] && { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qx rarecloud-tofu-build
 }
 
 # start_tofu starts the build in the background (about 8 minutes of CPU
@@ -751,7 +751,15 @@ wait_tofu() {
 	tofu_ok && return 0
 	tofu_building || start_tofu
 	log "waiting for the OpenTofu build (log $RC_TOFU_BUILD/build.log)"
-	while tofu_building; do sleep 1; done
+	# The outcome is the status file the build writes last; a build that
+	# is gone without one (killed) failed.
+	while [[ ! -s $RC_TOFU_BUILD/status ]]; do
+		if ! tofu_building; then
+			sleep 1 # it may have written status just now
+			[[ -s $RC_TOFU_BUILD/status ]] || tofu_building || break
+		fi
+		sleep 1
+	done
 	if [[ $(cat "$RC_TOFU_BUILD/status" 2>/dev/null) != ok ]] || ! tofu_ok; then
 		die "building OpenTofu $RC_TOFU_VERSION failed (log $RC_TOFU_BUILD/build.log):
 $(tail -n 20 "$RC_TOFU_BUILD/build.log")"

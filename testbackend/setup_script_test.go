@@ -38,3 +38,58 @@ func TestSetupRefusesOldTerraform(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupWaitsForTheBackgroundOpenTofuBuild runs wait_tofu (what
+// `setup.sh --wait-tofu` does before make test's OpenTofu pass) against a
+// stand-in build: it returns once a running build has installed the CLI,
+// fails with the end of the log when the build fails or is gone without
+// an outcome, and starts a build when none runs.
+func TestSetupWaitsForTheBackgroundOpenTofuBuild(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The functions only, with their paths in a temporary directory; the
+	// build is a stand-in that carries the marker argument, installs a
+	// stand-in tofu and writes its outcome after a second.
+	const harness = `set -euo pipefail
+dir=$2
+RC_TOFU=$dir/bin/tofu RC_TOFU_BUILD=$dir/build RC_TOFU_VERSION=1.12.6
+mkdir -p "$dir/bin" "$RC_TOFU_BUILD"
+log() { echo "log: $*"; }; die() { echo "die: $*"; exit 1; }; now_ms() { date +%s%3N; }
+summary=()
+source <(sed -n '/^tofu_ok()/,/^}/p; /^tofu_building()/,/^}/p; /^wait_tofu()/,/^}/p' "$1")
+fake_build() { # $1: the outcome it writes, "" for none
+	setsid bash -c 'echo $$ >"$2/pid"; echo "compiling…" >"$2/build.log"; sleep 1
+		if [[ $1 == ok ]]; then printf "#!/bin/sh\necho OpenTofu v1.12.6\n" >"$3"; chmod +x "$3"; fi
+		if [[ -n $1 ]]; then echo "$1" >"$2/status"; fi
+		[[ $1 == ok ]] || echo "compile error: the end of the log" >>"$2/build.log"' rarecloud-tofu-build "$1" "$RC_TOFU_BUILD" "$RC_TOFU" &
+	for i in $(seq 100); do [[ -s $RC_TOFU_BUILD/pid ]] && return; sleep 0.05; done
+}
+start_tofu() { echo "start_tofu called"; fake_build ok; }
+`
+	for _, tc := range []struct {
+		name, setup string
+		ok          bool
+		want        string
+	}{
+		{"a running build installs the CLI", "fake_build ok", true, "log: tofu 1.12.6 built"},
+		{"a running build fails", "fake_build failed", false, "compile error: the end of the log"},
+		{"the build is gone without an outcome", "fake_build ''", false, "die: building OpenTofu 1.12.6 failed"},
+		{"no build runs: one is started", "", true, "start_tofu called"},
+		{"the CLI is there already", `printf '#!/bin/sh\necho OpenTofu v1.12.6\n' >"$RC_TOFU"; chmod +x "$RC_TOFU"`, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", "-c", harness+tc.setup+"\nwait_tofu\necho returned", "wait", script, t.TempDir())
+			out, err := cmd.CombinedOutput()
+			switch {
+			case tc.ok && (err != nil || !strings.Contains(string(out), "returned")):
+				t.Fatalf("wait_tofu failed: %v\n%s", err, out)
+			case !tc.ok && (err == nil || strings.Contains(string(out), "returned")):
+				t.Fatalf("wait_tofu returned although the build failed:\n%s", out)
+			case !strings.Contains(string(out), tc.want):
+				t.Fatalf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
