@@ -29,9 +29,11 @@ type admission struct {
 	wait     time.Duration // the longest a request queues while the line does not move
 	maxWait  time.Duration // the longest a request queues in all
 	maxQueue int           // waiters per account past which a request is refused at once
+	maxPolls int           // long polls per account at once (they hold no slot while they wait)
 
 	mu       sync.Mutex
 	accounts map[string]*accountQueue
+	polls    map[string]int
 }
 
 type accountQueue struct {
@@ -43,7 +45,7 @@ type accountQueue struct {
 }
 
 func newAdmission(limit int, wait, maxWait time.Duration) *admission {
-	return &admission{max: limit, wait: wait, maxWait: max(maxWait, wait), maxQueue: 4 * limit, accounts: map[string]*accountQueue{}}
+	return &admission{max: limit, wait: wait, maxWait: max(maxWait, wait), maxQueue: 4 * limit, maxPolls: 4 * limit, accounts: map[string]*accountQueue{}, polls: map[string]int{}}
 }
 
 // acquire takes a slot for account, waiting in line while it moves (see
@@ -141,6 +143,27 @@ func (a *admission) release(account string) {
 func (a *admission) forget(account string, q *accountQueue) {
 	if q.inFlight <= 0 && len(q.waiters) == 0 {
 		delete(a.accounts, account)
+	}
+}
+
+// startPoll counts a long poll of account that waits without a slot; it
+// reports false, counting nothing, when maxPolls already wait.
+func (a *admission) startPoll(account string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.polls[account] >= a.maxPolls {
+		return false
+	}
+	a.polls[account]++
+	return true
+}
+
+// endPoll uncounts a long poll that startPoll counted.
+func (a *admission) endPoll(account string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.polls[account]--; a.polls[account] <= 0 {
+		delete(a.polls, account)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -206,6 +207,9 @@ type call struct {
 	account string
 	id      string
 	port    string
+	// releaseSlot gives the request's admission slot back early (once):
+	// a long poll does so while it waits (handlers.go, waitFor).
+	releaseSlot func()
 }
 
 // ServeHTTP routes by hand so that every answer, 404 and 405 included,
@@ -256,7 +260,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many concurrent requests for this account (at most %d at once; none of them finished within %s while this one waited, or it waited %s in all); retry after a second", s.admit.max, s.admit.wait, s.admit.maxWait))
 		return
 	}
-	defer s.admit.release(account)
+	c.releaseSlot = sync.OnceFunc(func() { s.admit.release(account) })
+	defer c.releaseSlot()
 	if s.needsEngine(r.URL.Path) {
 		if err := s.mgr.EngineAvailable(r.Context()); err != nil {
 			s.writeErr(w, err)

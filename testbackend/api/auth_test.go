@@ -3,6 +3,7 @@ package api_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +155,54 @@ func TestConcurrencyLimit(t *testing.T) {
 	wg.Wait()
 	if r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil); r.Status != 200 {
 		t.Fatalf("limit not released: %d", r.Status)
+	}
+}
+
+// TestLongPollsHoldNoSlot: a long poll (GET ?waitFor=) gives its slot
+// back while it waits, so waits cannot stall the account's line; instead
+// at most 4 × the limit of them wait at once, and one more is refused at
+// once with 429.
+func TestLongPollsHoldNoSlot(t *testing.T) {
+	t.Parallel()
+	c := testModeBackend(t, testbackend.Config{MaxInFlight: 1, QueueWait: 300 * time.Millisecond})
+	id := c.Running(tokA, map[string]any{}).ID
+	const waits = 4 // 4 × MaxInFlight
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil) // ends the waits
+	for range waits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Arriving together on one slot, some may be refused by the
+			// line's length bound: they come back, as a client does.
+			for c.Do("GET", "/sandboxes/"+id+"?waitFor=exited&timeoutMs=20000", tokA, nil, nil).Status == http.StatusTooManyRequests {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	// Once all of them wait, one more wait is refused at once, for that
+	// reason (not the line's).
+	tooManyWaits := func(r apitest.Response) bool {
+		return r.Status == http.StatusTooManyRequests && r.Env.Error != nil && strings.Contains(r.Env.Error.Message, "too many waits")
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		r := c.Do("GET", "/sandboxes/"+id+"?waitFor=exited&timeoutMs=1", tokA, nil, nil)
+		if tooManyWaits(r) {
+			apitest.ExpectErr(t, r, http.StatusTooManyRequests, "TOO_MANY_REQUESTS")
+			if r.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a wait past %d waiting ones was never refused as too many waits; last answer %s", waits, r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// While they wait, the account's one slot is free: a request is served,
+	// not queued behind them and refused.
+	if r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("GET while %d long polls waited on a limit of 1: %d %s, want 200", waits, r.Status, r.ErrCode())
 	}
 }

@@ -102,6 +102,16 @@ func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFo
 		}
 		ms = v
 	}
+	// Waiting is no work: the slot goes back to the account's line while
+	// this waits (so long polls cannot stall the line; admission.go), and
+	// the account's waits are bounded in number instead.
+	c.releaseSlot()
+	if !s.admit.startPoll(c.account) {
+		w.Header().Set("Retry-After", "1")
+		s.writeErr(w, apiErr(sandbox.CodeTooManyRequests, "too many waits for this account (at most %d at once); retry after a second", s.admit.maxPolls))
+		return
+	}
+	defer s.admit.endPoll(c.account)
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
 	defer cancel()
 	v, err := s.mgr.WaitStatus(ctx, c.account, c.id, want)
