@@ -179,6 +179,18 @@ func safeName(id string) bool {
 }
 
 func (s *Store) writeFile(path string, data []byte) error {
+	return writeAtomic(path, data, s.beforeSync.Load())
+}
+
+// WriteFileAtomic writes data to path as the store writes its records: a
+// temporary file in the same directory, synced, then renamed over the old
+// one, so a crash leaves the old content or the new, never half of it.
+func WriteFileAtomic(path string, data []byte) error {
+	return writeAtomic(path, data, nil)
+}
+
+// writeAtomic is WriteFileAtomic with the test hook run before the sync.
+func writeAtomic(path string, data []byte, beforeSync *func(path string)) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -188,8 +200,8 @@ func (s *Store) writeFile(path string, data []byte) error {
 		tmp.Close()
 		return fmt.Errorf("store: write %s: %w", filepath.Base(path), err)
 	}
-	if fn := s.beforeSync.Load(); fn != nil {
-		(*fn)(path)
+	if beforeSync != nil {
+		(*beforeSync)(path)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 // Each container is one JSON file in the runtime's directory, named by its
@@ -78,25 +79,10 @@ func (r *Runtime) drop(b *box) error {
 	return nil
 }
 
+// writeFile writes a container's file the way the store writes records.
 func writeFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
+	if err := store.WriteFileAtomic(path, data); err != nil {
 		return fmt.Errorf("testmode: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("testmode: write %s: %w", filepath.Base(path), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("testmode: sync %s: %w", filepath.Base(path), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("testmode: close %s: %w", filepath.Base(path), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("testmode: rename %s: %w", filepath.Base(path), err)
 	}
 	return nil
 }
