@@ -3,14 +3,17 @@
 #
 #   1. checks terraform and go
 #   2. installs the apt packages that are missing (no apt at all when none is)
-#   3. builds the pinned runsc (gVisor) into /usr/local/lib/rarecloud/bin
+#   3. builds the pinned runsc (gVisor) into /usr/local/lib/rarecloud/bin,
+#      in the background while steps 4-7 run up to the images' smoke tests
 #   4. starts our own dockerd on unix:///run/rarecloud/docker.sock with runsc
 #   5. creates the sandbox network rarecloud-sandbox and its firewall rules
 #   6. runs the sandboxes' DNS forwarder (dnsmasq on the bridge gateway only)
 #   7. builds the template images rarecloud/sandbox-{base,python,node}:latest
-#   8. builds the pinned OpenTofu CLI into /usr/local/lib/rarecloud/bin/tofu
-#      in the background from step 3 on; the build outlives setup, and
-#      `setup.sh --wait-tofu` (make test, make demo TF=tofu) waits for it
+#      (their root filesystems while runsc builds, then smoke tests under it)
+#   8. starts building the pinned OpenTofu CLI into
+#      /usr/local/lib/rarecloud/bin/tofu in the background once sandboxes
+#      can run; the build outlives setup, and `setup.sh --wait-tofu`
+#      (make test, make demo TF=tofu) waits for it
 #
 # Idempotent: a second run only checks and takes seconds. Runs as root,
 # non-interactively. Progress goes to stderr, a one-line summary to stdout.
@@ -96,25 +99,39 @@ ensure_packages() {
 }
 
 # ---------------------------------------------------------------- 3. runsc
-ensure_runsc() {
+# start_runsc starts building the pinned runsc in the background unless it
+# is installed; wait_runsc waits for that build and installs its binary.
+# Nothing before the images' smoke tests needs runsc (dockerd only names
+# its path), so the engine, the network and the images' root filesystems
+# are made while it builds.
+runsc_pid="" runsc_tmp="" runsc_t=0
+RC_RUNSC_LOG=$RC_LOGDIR/build-runsc.log
+start_runsc() {
 	local want="$RC_RUNSC_PKG@$RC_RUNSC_VERSION"
 	if [[ -x $RC_RUNSC && -f $RC_RUNSC_STAMP && $(<"$RC_RUNSC_STAMP") == "$want" ]]; then
 		log "runsc ok ($RC_RUNSC_VERSION)"
 		summary+=("runsc ok")
 		return
 	fi
-	log "building runsc $want (CGO_ENABLED=0; about 2 minutes on a cold module cache)"
-	local t tmp
-	t=$(now_ms)
-	mkdir -p "$RC_BIN"
-	tmp=$(mktemp -d "$RC_PREFIX/.build.XXXXXX")
-	cleanup+=("$tmp")
-	CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-buildvcs=false go install "$want" </dev/null >&2 ||
-		die "building runsc failed (go install $want)"
+	log "building runsc $want in the background (CGO_ENABLED=0; about 2 minutes on a cold module cache; log $RC_RUNSC_LOG)"
+	runsc_t=$(now_ms)
+	mkdir -p "$RC_BIN" "$RC_LOGDIR"
+	runsc_tmp=$(mktemp -d "$RC_PREFIX/.build.XXXXXX")
+	cleanup+=("$runsc_tmp")
+	CGO_ENABLED=0 GOBIN="$runsc_tmp" GOFLAGS=-buildvcs=false go install "$want" </dev/null >"$RC_RUNSC_LOG" 2>&1 &
+	runsc_pid=$!
+}
+
+wait_runsc() {
+	[[ -n $runsc_pid ]] || return 0
+	local want="$RC_RUNSC_PKG@$RC_RUNSC_VERSION"
+	wait "$runsc_pid" || die "building runsc failed (go install $want; log $RC_RUNSC_LOG):
+$(tail -n 20 "$RC_RUNSC_LOG")"
+	runsc_pid=""
 	# Replace atomically: running sandboxes keep the old inode.
-	mv -f "$tmp/runsc" "$RC_RUNSC"
+	mv -f "$runsc_tmp/runsc" "$RC_RUNSC"
 	printf '%s\n' "$want" >"$RC_RUNSC_STAMP"
-	summary+=("runsc built ($((($(now_ms) - t) / 1000))s)")
+	summary+=("runsc built ($((($(now_ms) - runsc_t) / 1000))s)")
 }
 
 # ---------------------------------------------------------------- 4. dockerd
@@ -627,33 +644,52 @@ ensure_egress() {
 }
 
 # ---------------------------------------------------------------- 7. images
-ensure_images() {
-	local jobs=${RC_IMAGE_JOBS:-3} force=() t out
+# The images are built in two stages (testbackend/images/build.sh): the
+# root filesystems and their import while runsc still builds
+# (stage_images, in the background), then the smoke tests under runsc
+# (finish_images). RC_IMAGE_JOBS bounds how many are staged at once.
+images_pid="" images_tmp="" images_t=0
+stage_images() {
+	local jobs=${RC_IMAGE_JOBS:-3} force=()
 	[[ ${RC_FORCE_IMAGES:-} == 1 ]] && force=(--force)
 	local build=$repo/testbackend/images/build.sh
-	t=$(now_ms)
-	local tmp
-	tmp=$(mktemp -d)
-	cleanup+=("$tmp")
-	local pids=() tpl i=0 failed=0
-	for tpl in "${RC_TEMPLATES[@]}"; do
-		if ((jobs > 1)); then
-			"$build" "${force[@]}" "$tpl" >"$tmp/$tpl.out" &
+	images_t=$(now_ms)
+	images_tmp=$(mktemp -d)
+	cleanup+=("$images_tmp")
+	(
+		pids=() i=0 failed=0
+		for tpl in "${RC_TEMPLATES[@]}"; do
+			"$build" "${force[@]}" --stage "$tpl" >"$images_tmp/$tpl.stage" &
 			pids+=($!)
 			# Bounded parallelism: wait for the oldest when the pool is full.
 			if ((${#pids[@]} - i >= jobs)); then
 				wait "${pids[$i]}" || failed=1
 				i=$((i + 1))
 			fi
-		else
-			"$build" "${force[@]}" "$tpl" >"$tmp/$tpl.out" || failed=1
-		fi
-	done
-	for ((; i < ${#pids[@]}; i++)); do wait "${pids[$i]}" || failed=1; done
-	((failed == 0)) || die "image build failed (see messages above)"
-	local built=() fresh=()
+		done
+		for (( ; i < ${#pids[@]}; i++)); do wait "${pids[$i]}" || failed=1; done
+		exit "$failed"
+	) &
+	images_pid=$!
+}
+
+finish_images() {
+	wait "$images_pid" || die "image build failed (see messages above)"
+	local build=$repo/testbackend/images/build.sh tpl out pids=() failed=0 p
 	for tpl in "${RC_TEMPLATES[@]}"; do
-		out=$(<"$tmp/$tpl.out")
+		out=$(<"$images_tmp/$tpl.stage")
+		if [[ $out == *" up to date" ]]; then
+			echo "$out" >"$images_tmp/$tpl.out"
+			continue
+		fi
+		"$build" --finish "$tpl" >"$images_tmp/$tpl.out" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || failed=1; done
+	((failed == 0)) || die "image smoke test failed (see messages above)"
+	local built=() fresh=() secs size
+	for tpl in "${RC_TEMPLATES[@]}"; do
+		out=$(<"$images_tmp/$tpl.out")
 		case $out in
 		*" built "*)
 			read -r _ _ secs size <<<"$out"
@@ -669,7 +705,7 @@ ensure_images() {
 		local IFS=/
 		msg+=" ${fresh[*]} up to date"
 	fi
-	((${#built[@]} == 0)) || msg+=" in $((($(now_ms) - t) / 1000))s total"
+	((${#built[@]} == 0)) || msg+=" in $((($(now_ms) - images_t) / 1000))s total"
 	summary+=("$msg")
 }
 
@@ -728,7 +764,7 @@ start_tofu() {
 	setsid bash -c '
 		echo $$ >"$2/pid"
 		cd "$1" || exit 1
-		if CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go build -trimpath \
+		if CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 19 go build -trimpath \
 			-ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
 			-o "$2/tofu" ./cmd/tofu && mv -f "$2/tofu" "$3"; then
 			echo ok >"$2/status"
@@ -776,14 +812,16 @@ fi
 
 check_tools
 ensure_packages
-start_tofu
-ensure_runsc
+start_runsc
 ensure_dockerd
 ensure_firewall
 ensure_network
 ensure_dns
 ensure_egress
-ensure_images
+stage_images
+wait_runsc
+finish_images
+start_tofu
 
 total=$(($(now_ms) - t0))
 line="setup:"

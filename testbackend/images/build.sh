@@ -3,10 +3,18 @@
 # Debian rootfs from the recipe, then `docker import` it into our engine as
 # rarecloud/sandbox-<template>:latest, labelled with the recipe hash.
 #
-#   testbackend/images/build.sh [--force] base|python|node
+#   testbackend/images/build.sh [--force] [--stage|--finish] base|python|node
 #
-# Prints one line on stdout: "<template> built <secs>s <size>" or
-# "<template> up to date". Progress goes to stderr. The apt sources come from
+# Two stages, both by default:
+#   --stage   builds the rootfs and imports it as
+#             rarecloud/sandbox-<template>:staged. Needs the engine but not
+#             runsc, so setup runs it while runsc is still being built.
+#   --finish  smoke-tests the staged image under runsc the way sandboxes run
+#             it and only then makes it :latest (a failed smoke test leaves
+#             :latest as it was and removes the staged image).
+# Prints one line on stdout: "<template> built <secs>s <size>" (--stage:
+# "<template> staged <secs>s") or "<template> up to date". Progress goes to
+# stderr. The apt sources come from
 # the host's own apt configuration (Debian stanzas for the image's suite only);
 # no mirror is named here.
 set -euo pipefail
@@ -16,16 +24,23 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/../../scripts/lib.sh"
 
 SUITE=bookworm
-force=0
-if [[ ${1:-} == --force ]]; then
-	force=1
+force=0 stage=1 finish=1
+while [[ ${1:-} == --* ]]; do
+	case $1 in
+	--force) force=1 ;;
+	--stage) finish=0 ;;
+	--finish) stage=0 ;;
+	*) die "unknown option $1 (usage: build.sh [--force] [--stage|--finish] base|python|node)" ;;
+	esac
 	shift
-fi
-template=${1:?usage: build.sh [--force] base|python|node}
+done
+((stage + finish > 0)) || die "--stage and --finish exclude each other"
+template=${1:?usage: build.sh [--force] [--stage|--finish] base|python|node}
 RC_PROG="build $template"
 recipe=$here/$template.recipe
 [[ -f $recipe ]] || die "no recipe $recipe"
 image=rarecloud/sandbox-$template:latest
+staged=rarecloud/sandbox-$template:staged
 
 PACKAGES="" IMAGE_ENV=() IMAGE_CMD='' SMOKE='true'
 # shellcheck source=/dev/null
@@ -70,24 +85,9 @@ hash=$(
 hash=$(sha256sum <<<"$hash" | cut -c1-16)
 changes+=(-c "LABEL io.rarecloud.template=$template io.rarecloud.recipe-hash=$hash")
 
-current=$(rc_docker image inspect -f '{{index .Config.Labels "io.rarecloud.recipe-hash"}}' "$image" 2>/dev/null || true)
-if [[ $force == 0 && $current == "$hash" ]]; then
-	echo "$template up to date"
-	exit 0
-fi
-old_id=$(rc_docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
-
-mkdir -p "$RC_DATA/build"
-work=$(mktemp -d "$RC_DATA/build/$template.XXXXXX")
-# mmdebstrap unpacks the whole tree in its temporary directory: on a tmpfs
-# that is much faster (dpkg's many small writes, and removing the tree after)
-# when there is room (a tree is at most about 0.5 GB) and exec is allowed.
-chroot_tmp=$work
-if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs && $(findmnt -n -o OPTIONS /dev/shm | head -n1) != *noexec* ]] &&
-	(($(df -k --output=avail /dev/shm | tail -n1) > 2 * 1024 * 1024)); then
-	chroot_tmp=$(mktemp -d "/dev/shm/rarecloud-build-$template.XXXXXX")
-fi
-trap 'rm -rf "$work" "$chroot_tmp"' EXIT
+label() { # label IMAGE KEY: the image's label, empty when there is no image
+	rc_docker image inspect -f "{{index .Config.Labels \"$2\"}}" "$1" 2>/dev/null || true
+}
 
 # debian_sources writes the host's enabled Debian apt sources for $SUITE,
 # $SUITE-updates and $SUITE-security, as deb822 and one-line files.
@@ -152,47 +152,106 @@ debian_sources() {
 	[[ ${#MIRRORS[@]} -gt 0 ]] ||
 		die "no enabled Debian '$SUITE' apt source found in the host's apt configuration (${files[*]}); set RC_APT_SOURCES to a sources file"
 }
-debian_sources
+# do_stage builds the rootfs and imports it as $staged. Sets $result.
+do_stage() {
+	if [[ $force == 0 && $(label "$image" io.rarecloud.recipe-hash) == "$hash" ]]; then
+		result="$template up to date"
+		return
+	fi
+	# A staged image of this recipe from a run that stopped before its
+	# smoke test is used as it is.
+	if [[ $force == 0 && $(label "$staged" io.rarecloud.recipe-hash) == "$hash" ]]; then
+		log "using the staged $staged (recipe $hash)"
+		result="$template staged 0s"
+		return
+	fi
+	mkdir -p "$RC_DATA/build"
+	work=$(mktemp -d "$RC_DATA/build/$template.XXXXXX")
+	# mmdebstrap unpacks the whole tree in its temporary directory: on a tmpfs
+	# that is much faster (dpkg's many small writes, and removing the tree after)
+	# when there is room (a tree is at most about 0.5 GB) and exec is allowed.
+	chroot_tmp=$work
+	if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs && $(findmnt -n -o OPTIONS /dev/shm | head -n1) != *noexec* ]] &&
+		(($(df -k --output=avail /dev/shm | tail -n1) > 2 * 1024 * 1024)); then
+		chroot_tmp=$(mktemp -d "/dev/shm/rarecloud-build-$template.XXXXXX")
+	fi
+	trap 'rm -rf "$work" "$chroot_tmp"' EXIT
+	debian_sources
 
-mkdir -p "$RC_LOGDIR"
-buildlog=$RC_LOGDIR/build-$template.log
-start=$(now_ms)
-log "building $image (recipe $hash) with mmdebstrap"
-TMPDIR=$chroot_tmp mmdebstrap \
-	"${mm_opts[@]}" \
-	--mode=root \
-	--format=tar \
-	--customize-hook="'$here/customize.sh' \"\$1\"" \
-	--logfile="$buildlog" \
-	"$SUITE" "$work/rootfs.tar" "${MIRRORS[@]}" </dev/null >&2 ||
-	die "mmdebstrap failed for $template (log $buildlog):
+	mkdir -p "$RC_LOGDIR"
+	local buildlog=$RC_LOGDIR/build-$template.log start debootstrapped imported
+	start=$(now_ms)
+	log "building $staged (recipe $hash) with mmdebstrap"
+	TMPDIR=$chroot_tmp mmdebstrap \
+		"${mm_opts[@]}" \
+		--mode=root \
+		--format=tar \
+		--customize-hook="'$here/customize.sh' \"\$1\"" \
+		--logfile="$buildlog" \
+		"$SUITE" "$work/rootfs.tar" "${MIRRORS[@]}" </dev/null >&2 ||
+		die "mmdebstrap failed for $template (log $buildlog):
 $(tail -n 30 "$buildlog" 2>/dev/null)"
-debootstrapped=$(now_ms)
+	debootstrapped=$(now_ms)
+	rc_docker import "${changes[@]}" -c "LABEL io.rarecloud.stage-ms=$((debootstrapped - start))" \
+		-m "rarecloud $template template, recipe $hash" \
+		"$work/rootfs.tar" "$staged" >/dev/null || die "docker import failed for $template"
+	imported=$(now_ms)
+	rm -rf "$work" "$chroot_tmp"
+	log "staged $staged (mmdebstrap $(((debootstrapped - start) / 1000))s, import $(((imported - debootstrapped) / 1000))s)"
+	result="$template staged $(((imported - start + 500) / 1000))s"
+}
 
-rc_docker import "${changes[@]}" -m "rarecloud $template template, recipe $hash" \
-	"$work/rootfs.tar" "$image" >/dev/null || die "docker import failed for $template"
-imported=$(now_ms)
+# do_finish smoke-tests $staged and makes it $image. Sets $result.
+do_finish() {
+	local staged_hash
+	staged_hash=$(label "$staged" io.rarecloud.recipe-hash)
+	if [[ $staged_hash != "$hash" ]]; then
+		# Nothing staged, or a staged image of another recipe.
+		[[ -z $staged_hash ]] || rc_docker rmi "$staged" >/dev/null 2>&1 || true
+		if [[ $(label "$image" io.rarecloud.recipe-hash) == "$hash" ]]; then
+			result="$template up to date"
+			return
+		fi
+		die "no staged image of recipe $hash for $template: run build.sh --stage $template first"
+	fi
+	local start stage_ms out old_id new_id
+	start=$(now_ms)
+	stage_ms=$(label "$staged" io.rarecloud.stage-ms)
+	# Smoke test the image the way sandboxes run it.
+	# shellcheck disable=SC2016 # expanded inside the sandbox
+	if ! out=$(rc_docker run --rm --runtime=runsc --network=none --read-only --user 10001:10001 \
+		--tmpfs /home/user:size=64m,uid=10001,gid=10001,mode=0755 --tmpfs /tmp:size=64m,mode=1777 \
+		--cap-drop ALL --security-opt no-new-privileges "$staged" \
+		sh -c 'set -e; test "$(id -u):$(id -g)" = 10001:10001; test "$HOME" = /home/user; test "$(pwd)" = /home/user
+			for t in timeout sh cat mkdir tar; do command -v $t >/dev/null; done
+			timeout 5 true; echo ok > /home/user/probe; cat /home/user/probe >/dev/null
+			if touch /etc/probe 2>/dev/null; then echo "root fs writable"; exit 1; fi
+			'"$SMOKE" </dev/null 2>&1); then
+		rc_docker rmi "$staged" >/dev/null 2>&1 || true
+		die "smoke test of $staged failed: $out"
+	fi
+	old_id=$(rc_docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+	rc_docker tag "$staged" "$image" || die "docker tag $staged $image failed"
+	rc_docker rmi "$staged" >/dev/null || die "docker rmi $staged failed"
+	new_id=$(rc_docker image inspect -f '{{.Id}}' "$image")
+	# Earlier builds of this template that no container uses any more.
+	if [[ -n $old_id && $old_id != "$new_id" ]]; then
+		rc_docker image prune -f --filter "label=io.rarecloud.template=$template" >/dev/null 2>&1 || true
+	fi
+	local size smoke_ms secs
+	size=$(rc_docker image inspect -f '{{.Size}}' "$image")
+	smoke_ms=$(($(now_ms) - start))
+	secs=$((((${stage_ms:-0}) + smoke_ms + 500) / 1000))
+	log "built $image (smoke test $((smoke_ms / 1000))s), $((size / 1000000)) MB"
+	result="$template built ${secs}s $((size / 1000000))MB"
+}
 
-# Smoke test the image the way sandboxes run it.
-# shellcheck disable=SC2016 # expanded inside the sandbox
-if ! out=$(rc_docker run --rm --runtime=runsc --network=none --read-only --user 10001:10001 \
-	--tmpfs /home/user:size=64m,uid=10001,gid=10001,mode=0755 --tmpfs /tmp:size=64m,mode=1777 \
-	--cap-drop ALL --security-opt no-new-privileges "$image" \
-	sh -c 'set -e; test "$(id -u):$(id -g)" = 10001:10001; test "$HOME" = /home/user; test "$(pwd)" = /home/user
-		for t in timeout sh cat mkdir tar; do command -v $t >/dev/null; done
-		timeout 5 true; echo ok > /home/user/probe; cat /home/user/probe >/dev/null
-		if touch /etc/probe 2>/dev/null; then echo "root fs writable"; exit 1; fi
-		'"$SMOKE" </dev/null 2>&1); then
-	rc_docker rmi "$image" >/dev/null 2>&1 || true
-	die "smoke test of $image failed: $out"
+rc_engine_answers || die "our engine does not answer on $RC_DOCKER_HOST: run make setup first"
+result=""
+if ((stage)); then
+	do_stage
 fi
-done_ms=$(now_ms)
-
-# Earlier builds of this template that no container uses any more.
-if [[ -n $old_id ]]; then
-	rc_docker image prune -f --filter "label=io.rarecloud.template=$template" >/dev/null 2>&1 || true
+if ((finish)) && [[ $result != *" up to date" ]]; then
+	do_finish
 fi
-size=$(rc_docker image inspect -f '{{.Size}}' "$image")
-secs=$(((done_ms - start + 500) / 1000))
-log "built $image in ${secs}s (mmdebstrap $(((debootstrapped - start) / 1000))s, import $(((imported - debootstrapped) / 1000))s, smoke $(((done_ms - imported) / 1000))s), $((size / 1000000)) MB"
-echo "$template built ${secs}s $((size / 1000000))MB"
+echo "$result"
