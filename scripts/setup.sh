@@ -118,6 +118,13 @@ start_runsc() {
 	mkdir -p "$RC_BIN" "$RC_LOGDIR"
 	runsc_tmp=$(mktemp -d "$RC_PREFIX/.build.XXXXXX")
 	cleanup+=("$runsc_tmp")
+	# dockerd refuses to start when a runtime's path does not exist; until
+	# the build replaces it, a stand-in says why it cannot run anything.
+	if [[ ! -e $RC_RUNSC ]]; then
+		printf '#!/bin/sh\necho "runsc is not built yet: run make setup (scripts/setup.sh builds it)" >&2\nexit 1\n' >"$runsc_tmp/stand-in"
+		chmod 0755 "$runsc_tmp/stand-in"
+		mv -f "$runsc_tmp/stand-in" "$RC_RUNSC"
+	fi
 	CGO_ENABLED=0 GOBIN="$runsc_tmp" GOFLAGS=-buildvcs=false go install "$want" </dev/null >"$RC_RUNSC_LOG" 2>&1 &
 	runsc_pid=$!
 }
