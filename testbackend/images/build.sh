@@ -14,9 +14,8 @@
 #             :latest as it was and removes the staged image).
 # Prints one line on stdout: "<template> built <secs>s <size>" (--stage:
 # "<template> staged <secs>s") or "<template> up to date". Progress goes to
-# stderr. The apt sources come from
-# the host's own apt configuration (Debian stanzas for the image's suite only);
-# no mirror is named here.
+# stderr. The apt sources come from the host's own apt configuration
+# (Debian stanzas for the image's suite only); no mirror is named here.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
