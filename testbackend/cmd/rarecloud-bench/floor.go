@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,10 @@ const (
 	floorRemove    = "floor: container remove"
 	floorConcStart = "floor: 20 container create+start at once"
 	floorConcExec  = "floor: 500 execs over 20 containers, 20 at once"
+	floorSteady    = "floor: 1 raw start/s → first exec (each: start, exec, exec, remove)"
 )
 
-var floorOrder = []string{floorStart, floorExec, floorStartExec, floorPython, floorNode, floorRemove, floorConcStart, floorConcExec}
+var floorOrder = []string{floorStart, floorExec, floorStartExec, floorPython, floorNode, floorRemove, floorConcStart, floorConcExec, floorSteady}
 
 // echoArgv is what the API runs for the command "echo hi".
 var echoArgv = []string{"sh", "-c", "echo hi"}
@@ -65,28 +67,34 @@ func (f *floorRig) exec(ctx context.Context, id string, argv []string, stdin str
 	return err
 }
 
-// measureFloor measures every floor row.
-func measureFloor(ctx context.Context, o options, f *floorRig) (map[string]*row, error) {
+// measureFloor measures every floor row, and what a raw start, exec and
+// remove cost in host CPU (into costs).
+func measureFloor(ctx context.Context, o options, f *floorRig, costs map[string]string) (map[string]*row, error) {
 	d := f.d
 	out := map[string]*row{}
 	var starts, removes, firsts []time.Duration
+	var startCPU, execCPU, removeCPU cpuCost
 	errs := 0
 	for i := 0; i < o.n/2; i++ {
 		t0 := time.Now()
-		id, err := d.Start(ctx, f.spec(sandbox.ImageBase))
-		if err != nil {
+		var id string
+		if err := startCPU.measure(func() (err error) { id, err = d.Start(ctx, f.spec(sandbox.ImageBase)); return err }); err != nil {
 			errs++
 			continue
 		}
 		starts = append(starts, time.Since(t0))
-		if err := f.exec(ctx, id, echoArgv, ""); err != nil {
+		if err := execCPU.measure(func() error { return f.exec(ctx, id, echoArgv, "") }); err != nil {
 			errs++
 		}
 		firsts = append(firsts, time.Since(t0))
 		t1 := time.Now()
-		_ = d.Remove(ctx, id)
+		_ = removeCPU.measure(func() error { return d.Remove(ctx, id) })
 		removes = append(removes, time.Since(t1))
 	}
+	costs["floor: host CPU per raw start (busy CPU time from /proc/stat, one at a time)"] = startCPU.String()
+	costs["floor: host CPU per raw exec sh -c 'echo hi' (the first in a new container)"] = execCPU.String()
+	costs["floor: host CPU per raw remove"] = removeCPU.String()
+	costs["floor: CPU needed for 1 sandbox/s"] = capacityNote(startCPU.per(), execCPU.per(), removeCPU.per(), 1, runtime.NumCPU())
 	out[floorStart] = summarize(floorStart, starts, errs)
 	out[floorStartExec] = summarize(floorStartExec, firsts, errs)
 	out[floorRemove] = summarize(floorRemove, removes, 0)
@@ -109,7 +117,52 @@ func measureFloor(ctx context.Context, o options, f *floorRig) (map[string]*row,
 	}
 
 	f.measureConcurrency(ctx, out)
+	out[floorSteady] = f.steady(ctx, 1, o.n)
 	return out, nil
+}
+
+// steady is the floor of the warm rows: raw starts arriving at a fixed
+// rate (open loop), each started, exec'd twice and removed, as a warm
+// row's sandboxes are. It shows whether this host keeps up with the rate
+// at all, pool or no pool: a start a sandbox is the least any backend
+// pays.
+func (f *floorRig) steady(ctx context.Context, rate float64, n int) *row {
+	interval := time.Duration(float64(time.Second) / rate)
+	samples := make([]time.Duration, n)
+	failed := make([]bool, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			id, err := f.d.Start(ctx, f.spec(sandbox.ImageBase))
+			if err != nil {
+				failed[i] = true
+				return
+			}
+			defer func() { _ = f.d.Remove(ctx, id) }()
+			if err := f.exec(ctx, id, echoArgv, ""); err != nil {
+				failed[i] = true
+				return
+			}
+			samples[i] = time.Since(t0)
+			failed[i] = f.exec(ctx, id, echoArgv, "") != nil
+		}()
+	}
+	wg.Wait()
+	var ok []time.Duration
+	errs := 0
+	for i, s := range samples {
+		if failed[i] {
+			errs++
+			continue
+		}
+		ok = append(ok, s)
+	}
+	return summarize(floorSteady, ok, errs)
 }
 
 // measureConcurrency measures the floor's concurrency rows: 20 raw starts

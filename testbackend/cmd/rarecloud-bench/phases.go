@@ -31,7 +31,7 @@ func (s *session) warmCreates() error {
 		rate      float64
 		n         int
 		breakdown bool
-	}{{1, s.o.n, true}, {5, s.o.n, false}, {2, s.o.n, false}, {10, s.o.n, false}} {
+	}{{1, s.o.n, true}, {0.5, s.o.n, true}, {5, s.o.n, false}, {2, s.o.n, false}, {10, s.o.n, false}} {
 		if err := s.settle(); err != nil {
 			return err
 		}
@@ -42,6 +42,10 @@ func (s *session) warmCreates() error {
 				ref = ""
 			}
 			s.add(r, ref)
+			// The floor at the same rate: what any backend on this host pays.
+			if f := s.floor[floorSteady]; i == 0 && st.rate == 1 && f != nil && f.P50 > 0 && f.P95 > 0 {
+				s.rep.Notes = append(s.rep.Notes, fmt.Sprintf("warm create → first command at 1 create/s against the floor at the same rate (%s): %.2f× / %.2f× (p50 / p95)", floorSteady, r.P50/f.P50, r.P95/f.P95))
+			}
 		}
 	}
 	for _, lang := range []struct{ template, code, floor string }{

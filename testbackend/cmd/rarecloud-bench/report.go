@@ -57,6 +57,14 @@ func writeReportAs(rep *report, dir, base string) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "- %s: %s\n", k, rep.Memory[k])
 	}
+	keys = keys[:0]
+	for k := range rep.Costs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "- %s: %s\n", k, rep.Costs[k])
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}

@@ -30,7 +30,7 @@ type session struct {
 // waits for the warm pool.
 func startSession(ctx context.Context, o options, work string) (*session, error) {
 	s := &session{ctx: ctx, o: o, work: work, byName: map[string]*row{},
-		rep: &report{Date: time.Now().UTC().Format(time.RFC3339), Memory: map[string]string{}, Machine: machine()}}
+		rep: &report{Date: time.Now().UTC().Format(time.RFC3339), Memory: map[string]string{}, Costs: map[string]string{}, Machine: machine()}}
 	bin, tokens, err := prepareBackend(ctx, work)
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func startSession(ctx context.Context, o options, work string) (*session, error)
 		s.close()
 		return nil, err
 	}
-	if s.floor, err = measureFloor(ctx, o, s.rig); err != nil {
+	if s.floor, err = measureFloor(ctx, o, s.rig, s.rep.Costs); err != nil {
 		s.close()
 		return nil, err
 	}

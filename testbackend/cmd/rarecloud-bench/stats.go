@@ -24,6 +24,7 @@ type report struct {
 	Date    string            `json:"date"`
 	Rows    []*row            `json:"rows"`
 	Memory  map[string]string `json:"memory"`
+	Costs   map[string]string `json:"costs"`
 	Notes   []string          `json:"notes"`
 }
 

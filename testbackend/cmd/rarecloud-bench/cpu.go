@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// hostBusy is the CPU time all of the host's CPUs have been busy (user,
+// nice, system, irq, softirq, steal) since boot, from /proc/stat, or 0 when
+// unknown. Its resolution is a clock tick (10 ms).
+func hostBusy() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// cpuCost adds up the host's busy CPU time of one kind of operation.
+type cpuCost struct {
+	total time.Duration
+	n     int
+}
+
+// measure runs f and adds the host's busy CPU time while it ran.
+func (c *cpuCost) measure(f func() error) error {
+	b := hostBusy()
+	err := f()
+	c.total += hostBusy() - b
+	c.n++
+	return err
+}
+
+func (c *cpuCost) per() time.Duration {
+	if c.n == 0 {
+		return 0
+	}
+	return c.total / time.Duration(c.n)
+}
+
+func (c *cpuCost) String() string {
+	return fmt.Sprintf("%.0f ms (%d samples)", float64(c.per().Microseconds())/1000, c.n)
+}
+
+// capacityNote says how much of the host's CPU a steady rate of sandboxes
+// needs on the floor alone: each a start, two execs and a remove.
+func capacityNote(start, exec, remove time.Duration, rate float64, cpus int) string {
+	need := float64(start+2*exec+remove) * rate / float64(time.Second)
+	return fmt.Sprintf("%.0f%% of this host's %d CPUs at %g sandboxes/s (a start, two execs and a remove each, floor costs alone)", 100*need/float64(cpus), cpus, rate)
+}

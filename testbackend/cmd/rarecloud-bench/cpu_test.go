@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// processCPU is this process's own user and system time.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestHostBusyCountsThisProcess burns CPU in this process and checks that
+// the host's busy time grew by at least as much (less a tick each end):
+// whatever else the host does only adds to it.
+func TestHostBusyCountsThisProcess(t *testing.T) {
+	before, own := hostBusy(), processCPU(t)
+	if before == 0 {
+		t.Fatal("hostBusy read nothing from /proc/stat")
+	}
+	x := 0
+	for processCPU(t)-own < 300*time.Millisecond {
+		for i := 0; i < 1e6; i++ {
+			x += i
+		}
+	}
+	burnt := processCPU(t) - own
+	if got := hostBusy() - before; got < burnt-20*time.Millisecond {
+		t.Fatalf("host busy grew by %v while this process alone used %v (x=%d)", got, burnt, x)
+	}
+}
+
+func TestCPUCostAndCapacity(t *testing.T) {
+	var c cpuCost
+	if c.per() != 0 {
+		t.Fatal("no samples must cost 0")
+	}
+	_ = c.measure(func() error { return nil })
+	_ = c.measure(func() error { return nil })
+	if c.n != 2 || !strings.HasSuffix(c.String(), "(2 samples)") {
+		t.Fatalf("cost %+v prints %q", c, c.String())
+	}
+	// 800 + 2×100 + 200 ms a sandbox at 1/s is 1.2 s of CPU a second.
+	note := capacityNote(800*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond, 1, 2)
+	if !strings.HasPrefix(note, "60% of this host's 2 CPUs at 1 sandboxes/s") {
+		t.Fatalf("capacity note %q", note)
+	}
+}
