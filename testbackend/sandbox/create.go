@@ -318,6 +318,7 @@ func (m *Manager) specFor(sb *store.Sandbox) container.Spec {
 func (m *Manager) started(id, cid string, startErr error) {
 	m.mu.Lock()
 	delete(m.starting, id)
+	m.resumeRefillsLocked() // refills wait for cold starts (pool.go)
 	sb := m.boxes[id]
 	if sb == nil || sb.Status != StatusPending || m.expiring[id] {
 		// Deleted or expired while starting: the container must not outlive it.

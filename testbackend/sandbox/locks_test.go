@@ -28,6 +28,7 @@ type fakeRuntime struct {
 	removed    []string
 	prepared   map[string]bool // containers Prepare was called on
 	prepareErr error           // what Prepare answers
+	coldGate   chan struct{}   // when set, starts of sandboxes (not of warm containers) wait for it
 }
 
 type fakeContainer struct {
@@ -85,6 +86,12 @@ func (f *fakeRuntime) Ping(context.Context) error {
 func (f *fakeRuntime) Address() string                           { return "fake" }
 func (f *fakeRuntime) EnsureImage(context.Context, string) error { return nil }
 func (f *fakeRuntime) Start(_ context.Context, spec container.Spec) (string, error) {
+	f.mu.Lock()
+	gate := f.coldGate
+	f.mu.Unlock()
+	if _, warm := spec.Labels[container.LabelPool]; gate != nil && !warm {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.containers {

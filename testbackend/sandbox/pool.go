@@ -18,6 +18,7 @@ import (
 type warmPool struct {
 	ready   []string // container ids, oldest first
 	filling int
+	held    bool            // a refill waits for the cold starts under way (refillLocked)
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
 }
@@ -74,7 +75,14 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	m.refillLocked(r.template)
 }
 
-// refillLocked starts containers until the template's pool is full.
+// maxRefillHold bounds how long cold starts hold a refill back.
+const maxRefillHold = 10 * time.Second
+
+// refillLocked starts containers until the template's pool is full. While
+// sandboxes start cold (creates that found the pool empty or cannot use
+// it), the refill waits for them: on two cores a warm start would take
+// the CPU of a start a user waits for. The last cold start to end
+// resumes it (resumeRefillsLocked), or at the latest maxRefillHold.
 func (m *Manager) refillLocked(template string) {
 	if m.cfg.PoolSize <= 0 || m.ctx.Err() != nil {
 		return
@@ -84,6 +92,39 @@ func (m *Manager) refillLocked(template string) {
 		p = &warmPool{names: map[string]bool{}}
 		m.pools[template] = p
 	}
+	if len(m.starting) > 0 {
+		if !p.held {
+			p.held = true
+			time.AfterFunc(maxRefillHold, func() {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				if p.held && m.ctx.Err() == nil {
+					p.held = false
+					m.fillLocked(template, p)
+				}
+			})
+		}
+		return
+	}
+	p.held = false
+	m.fillLocked(template, p)
+}
+
+// resumeRefillsLocked starts the refills held back by cold starts once
+// none is under way.
+func (m *Manager) resumeRefillsLocked() {
+	if len(m.starting) > 0 || m.ctx.Err() != nil {
+		return
+	}
+	for name, p := range m.pools {
+		if p.held {
+			p.held = false
+			m.fillLocked(name, p)
+		}
+	}
+}
+
+func (m *Manager) fillLocked(template string, p *warmPool) {
 	for len(p.ready)+p.filling < m.cfg.PoolSize {
 		p.filling++
 		spec := m.poolSpec(template)

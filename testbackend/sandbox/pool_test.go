@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +57,48 @@ func TestClaimRefillsAfterTheFirstOperation(t *testing.T) {
 	awaitWarm(t, m)
 	if n := rt.started() - before; n != 1 {
 		t.Fatalf("%d containers started for one claim, want 1", n)
+	}
+}
+
+// TestRefillsWaitForColdStarts: while a sandbox starts cold, the refill a
+// claim owes waits, so that a warm start does not take the CPU of a start
+// a user waits for; it starts once the cold start has ended.
+func TestRefillsWaitForColdStarts(t *testing.T) {
+	m, rt := startPoolManager(t, -1) // refill at the claim
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before Close, which waits for the start
+	rt.mu.Lock()
+	rt.coldGate = gate
+	rt.mu.Unlock()
+	// Environment variables keep a create off the pool: a cold start.
+	cold, err := m.Create(context.Background(), "acct", "", CreateRequest{Env: map[string]string{"A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold.Sandbox.Status != StatusPending {
+		t.Fatalf("create with env: %s, want pending (a cold start)", cold.Sandbox.Status)
+	}
+	before := rt.started()
+	warm, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warm.Sandbox.Status != StatusRunning {
+		t.Fatalf("create with a warm pool: %s, want running at once", warm.Sandbox.Status)
+	}
+	m.mu.Lock()
+	filling, held := m.pools["base"].filling, m.pools["base"].held
+	m.mu.Unlock()
+	if filling != 0 || !held || rt.started() != before {
+		t.Fatalf("during a cold start: %d warm starts under way (held %v), want the refill held back", filling, held)
+	}
+	release()
+	awaitWarm(t, m)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if v, err := m.WaitStatus(ctx, "acct", cold.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
+		t.Fatalf("the cold start: %+v, %v", v.Status, err)
 	}
 }
 
