@@ -127,32 +127,23 @@ func measureFloor(ctx context.Context, o options, f *floorRig, costs map[string]
 // at all, pool or no pool: a start a sandbox is the least any backend
 // pays.
 func (f *floorRig) steady(ctx context.Context, rate float64, n int) *row {
-	interval := time.Duration(float64(time.Second) / rate)
 	samples := make([]time.Duration, n)
 	failed := make([]bool, n)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			id, err := f.d.Start(ctx, f.spec(sandbox.ImageBase))
-			if err != nil {
-				failed[i] = true
-				return
-			}
-			defer func() { _ = f.d.Remove(ctx, id) }()
-			if err := f.exec(ctx, id, echoArgv, ""); err != nil {
-				failed[i] = true
-				return
-			}
-			samples[i] = time.Since(t0)
-			failed[i] = f.exec(ctx, id, echoArgv, "") != nil
-		}()
-	}
-	wg.Wait()
+	atRate(rate, n, func(i int) {
+		t0 := time.Now()
+		id, err := f.d.Start(ctx, f.spec(sandbox.ImageBase))
+		if err != nil {
+			failed[i] = true
+			return
+		}
+		defer func() { _ = f.d.Remove(ctx, id) }()
+		if err := f.exec(ctx, id, echoArgv, ""); err != nil {
+			failed[i] = true
+			return
+		}
+		samples[i] = time.Since(t0)
+		failed[i] = f.exec(ctx, id, echoArgv, "") != nil
+	})
 	var ok []time.Duration
 	errs := 0
 	for i, s := range samples {

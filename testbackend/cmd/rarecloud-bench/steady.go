@@ -26,42 +26,48 @@ type arrival struct {
 // to run, makes the first call, makes it again, and deletes the sandbox.
 func steady(ctx context.Context, c *client.Client, template string, rate float64, n int, call func(id string) error) []arrival {
 	out := make([]arrival, n)
+	atRate(rate, n, func(i int) {
+		a := &out[i]
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: template})
+		a.create = time.Since(t0)
+		if err != nil {
+			a.err = err
+			return
+		}
+		defer func() { _ = c.DeleteSandbox(ctx, sb.ID) }()
+		a.fromPool = sb.Status == "running"
+		t1 := time.Now()
+		if a.err = waitRunning(ctx, c, sb); a.err != nil {
+			return
+		}
+		a.wait = time.Since(t1)
+		t2 := time.Now()
+		if a.err = call(sb.ID); a.err != nil {
+			return
+		}
+		a.first = time.Since(t2)
+		a.total = time.Since(t0)
+		t3 := time.Now()
+		a.err = call(sb.ID)
+		a.second = time.Since(t3)
+	})
+	return out
+}
+
+// atRate calls f(0) … f(n-1), each in a goroutine of its own, the i-th
+// i/rate seconds after the first (open loop: a call does not wait for the
+// ones before it), and returns when all have returned.
+func atRate(rate float64, n int, f func(i int)) {
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a := &out[i]
-			t0 := time.Now()
-			sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: template})
-			a.create = time.Since(t0)
-			if err != nil {
-				a.err = err
-				return
-			}
-			defer func() { _ = c.DeleteSandbox(ctx, sb.ID) }()
-			a.fromPool = sb.Status == "running"
-			t1 := time.Now()
-			if a.err = waitRunning(ctx, c, sb); a.err != nil {
-				return
-			}
-			a.wait = time.Since(t1)
-			t2 := time.Now()
-			if a.err = call(sb.ID); a.err != nil {
-				return
-			}
-			a.first = time.Since(t2)
-			a.total = time.Since(t0)
-			t3 := time.Now()
-			a.err = call(sb.ID)
-			a.second = time.Since(t3)
-		}()
+		go func() { defer wg.Done(); f(i) }()
 	}
 	wg.Wait()
-	return out
 }
 
 // steadyRows turns a steady-state run into a row; with breakdown, also
