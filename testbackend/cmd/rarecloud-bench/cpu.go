@@ -63,3 +63,14 @@ func capacityNote(start, exec, remove time.Duration, rate float64, cpus int) str
 	need := float64(start+2*exec+remove) * rate / float64(time.Second)
 	return fmt.Sprintf("%.0f%% of this host's %d CPUs at %g sandboxes/s (a start, two execs and a remove each, floor costs alone)", 100*need/float64(cpus), cpus, rate)
 }
+
+// warmCost says what a steady row cost the host: busy CPU time per sandbox
+// (total over n), and the share of the host's CPUs busy during the row
+// (busy over wall).
+func warmCost(total time.Duration, n int, busy, wall time.Duration, cpus int) string {
+	if n <= 0 || wall <= 0 || cpus <= 0 {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.0f ms per sandbox; %.0f%% of this host's %d CPUs busy during the row",
+		float64(total.Milliseconds())/float64(n), 100*busy.Seconds()/wall.Seconds()/float64(cpus), cpus)
+}

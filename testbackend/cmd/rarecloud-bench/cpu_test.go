@@ -52,3 +52,14 @@ func TestCPUCostAndCapacity(t *testing.T) {
 		t.Fatalf("capacity note %q", note)
 	}
 }
+
+func TestWarmCost(t *testing.T) {
+	// 30 s of CPU over 20 sandboxes, 15 s of it in a 10 s row on 2 CPUs.
+	got := warmCost(30*time.Second, 20, 15*time.Second, 10*time.Second, 2)
+	if want := "1500 ms per sandbox; 75% of this host's 2 CPUs busy during the row"; got != want {
+		t.Fatalf("warmCost = %q, want %q", got, want)
+	}
+	if got := warmCost(time.Second, 0, time.Second, time.Second, 2); got != "not measured" {
+		t.Fatalf("no sandboxes: %q", got)
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
@@ -36,7 +38,17 @@ func (s *session) warmCreates() error {
 			return err
 		}
 		name := fmt.Sprintf("warm create → first command, %g creates/s, pool %d", st.rate, s.o.pool)
-		for i, r := range steadyRows(name, steady(s.ctx, s.wc, "base", st.rate, st.n, echoCall), st.breakdown) {
+		b0, t0 := hostBusy(), time.Now()
+		arrivals := steady(s.ctx, s.wc, "base", st.rate, st.n, echoCall)
+		busy, wall := hostBusy()-b0, time.Since(t0)
+		// What each sandbox cost the host: the row, then the refills back
+		// to a full pool (the deletes' removals run meanwhile).
+		if err := s.settle(); err != nil {
+			return err
+		}
+		s.rep.Costs[fmt.Sprintf("warm backend, %g creates/s: host CPU per sandbox (create, two commands, delete, its refill), and how busy the host was during the row", st.rate)] =
+			warmCost(hostBusy()-b0, st.n, busy, wall, runtime.NumCPU())
+		for i, r := range steadyRows(name, arrivals, st.breakdown) {
 			ref := rowRoundTrip
 			if i > 0 {
 				ref = ""

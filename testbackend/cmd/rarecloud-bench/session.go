@@ -26,8 +26,8 @@ type session struct {
 	py         string // a running python sandbox of the warm backend
 }
 
-// startSession builds and starts the backends, measures the floor and
-// waits for the warm pool.
+// startSession builds and starts the backends, waits for the warm pool,
+// then measures the floor.
 func startSession(ctx context.Context, o options, work string) (*session, error) {
 	s := &session{ctx: ctx, o: o, work: work, byName: map[string]*row{},
 		rep: &report{Date: time.Now().UTC().Format(time.RFC3339), Memory: map[string]string{}, Costs: map[string]string{}, Machine: machine()}}
@@ -42,6 +42,16 @@ func startSession(ctx context.Context, o options, work string) (*session, error)
 		s.close()
 		return nil, err
 	}
+	// The floor is measured on a quiet host: after the warm pool has
+	// filled (its starts would otherwise share the cores with the floor's
+	// and inflate its times and CPU costs), with the idle pool beside it as
+	// the warm rows have.
+	fmt.Fprintln(os.Stderr, "bench: waiting for the warm pool")
+	if err := s.settle(); err != nil {
+		s.close()
+		return nil, err
+	}
+	s.rep.Memory["backend RSS, idle (warm pool full)"] = backendproc.RSS(s.warm.proc.Pid())
 	fmt.Fprintln(os.Stderr, "bench: floor (Docker API directly)")
 	if s.rig, err = newFloorRig(); err != nil {
 		s.close()
@@ -54,12 +64,6 @@ func startSession(ctx context.Context, o options, work string) (*session, error)
 	for k, v := range s.floor {
 		s.byName[k] = v
 	}
-	fmt.Fprintln(os.Stderr, "bench: waiting for the warm pool")
-	if err := s.settle(); err != nil {
-		s.close()
-		return nil, err
-	}
-	s.rep.Memory["backend RSS, idle (warm pool full)"] = backendproc.RSS(s.warm.proc.Pid())
 	s.wc, s.cc = s.warm.client(), s.cold.client()
 	return s, nil
 }
