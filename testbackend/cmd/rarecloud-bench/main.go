@@ -22,8 +22,10 @@ type options struct {
 	n         int
 	pool      int
 	terraform bool
-	soak      bool
-	so        soakOptions
+	// cpuByProcess: account the 1/s warm row's CPU process by process.
+	cpuByProcess bool
+	soak         bool
+	so           soakOptions
 }
 
 func main() {
@@ -32,6 +34,7 @@ func main() {
 	flag.IntVar(&o.n, "n", 20, "samples per row")
 	flag.IntVar(&o.pool, "pool", 2, "warm containers per template in the warm backend (2 is the backend's default)")
 	flag.BoolVar(&o.terraform, "terraform", true, "measure terraform apply/destroy of 10 sandboxes")
+	flag.BoolVar(&o.cpuByProcess, "cpu-by-process", false, "say where the 1 create/s warm row's CPU goes, process by process (BSD process accounting: needs root and accton from Debian's acct package)")
 	flag.BoolVar(&o.soak, "soak", false, "run the soak instead: many sandboxes, many clients, beside the floor (soak.md, soak.json)")
 	flag.IntVar(&o.so.sandboxes, "soak-sandboxes", 50, "soak: sandboxes (and raw containers for the floor)")
 	flag.IntVar(&o.so.commands, "soak-commands", 2000, "soak: commands")

@@ -38,16 +38,10 @@ func (s *session) warmCreates() error {
 			return err
 		}
 		name := fmt.Sprintf("warm create → first command, %g creates/s, pool %d", st.rate, s.o.pool)
-		b0, t0 := hostBusy(), time.Now()
-		arrivals := steady(s.ctx, s.wc, "base", st.rate, st.n, echoCall)
-		busy, wall := hostBusy()-b0, time.Since(t0)
-		// What each sandbox cost the host: the row, then the refills back
-		// to a full pool (the deletes' removals run meanwhile).
-		if err := s.settle(); err != nil {
+		arrivals, err := s.steadyCosted(st.rate, st.n, echoCall)
+		if err != nil {
 			return err
 		}
-		s.rep.Costs[fmt.Sprintf("warm backend, %g creates/s: host CPU per sandbox (create, two commands, delete, its refill), and how busy the host was during the row", st.rate)] =
-			warmCost(hostBusy()-b0, st.n, busy, wall, runtime.NumCPU())
 		for i, r := range steadyRows(name, arrivals, st.breakdown) {
 			ref := rowRoundTrip
 			if i > 0 {
@@ -71,6 +65,39 @@ func (s *session) warmCreates() error {
 		s.add(steadyRows("warm create → first run_code "+lang.template+", 1 create/s", steady(s.ctx, s.wc, lang.template, 1, s.o.n/2, first), false)[0], lang.floor)
 	}
 	return nil
+}
+
+// steadyCosted runs a steady row and notes what it cost the host: CPU
+// per sandbox over the row and the refills back to a full pool (the
+// deletes' removals run meanwhile), how busy the host was during the
+// row, and with -cpu-by-process (at 1 create/s) the same CPU by process.
+func (s *session) steadyCosted(rate float64, n int, call func(id string) error) ([]arrival, error) {
+	var prof *cpuProfile
+	if s.o.cpuByProcess && rate == 1 {
+		var err error
+		if prof, err = startCPUProfile(s.work); err != nil {
+			return nil, err
+		}
+	}
+	b0, t0 := hostBusy(), time.Now()
+	arrivals := steady(s.ctx, s.wc, "base", rate, n, call)
+	busy, wall := hostBusy()-b0, time.Since(t0)
+	settled := s.settle()
+	total := hostBusy() - b0
+	if prof != nil {
+		// Accounting goes off before anything else, whatever happened.
+		byProcess, err := prof.stop(n)
+		if err != nil {
+			return nil, err
+		}
+		s.rep.Costs[fmt.Sprintf("warm backend, %g creates/s: the same CPU by process (process accounting: the processes that ended, and dockerd and containerd)", rate)] = byProcess
+	}
+	if settled != nil {
+		return nil, settled
+	}
+	s.rep.Costs[fmt.Sprintf("warm backend, %g creates/s: host CPU per sandbox (create, two commands, delete, its refill), and how busy the host was during the row", rate)] =
+		warmCost(total, n, busy, wall, runtime.NumCPU())
+	return arrivals, nil
 }
 
 // coldCreatesAndFiles measures creates without a pool and 1 MB file
