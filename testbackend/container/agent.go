@@ -133,6 +133,7 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 		d.attaching[info.ID] = c
 		go d.attachSession(info.ID, id, c)
 	}
+	c.joined++
 	d.sessMu.Unlock()
 	select {
 	case <-c.done:
@@ -148,9 +149,10 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 // attachCall is one attach to a container's agent in flight; done is
 // closed once s or err is set.
 type attachCall struct {
-	done chan struct{}
-	s    *agentSession
-	err  error
+	done   chan struct{}
+	s      *agentSession
+	err    error
+	joined int // calls that have waited on it (guarded by sessMu)
 }
 
 // defaultAttachTimeout bounds an attach: the engine's hijacked request has

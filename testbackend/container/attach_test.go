@@ -192,6 +192,9 @@ func TestStuckAttachBlocksNoOtherSandbox(t *testing.T) {
 		t.Fatal("the exec never attached")
 	}
 	second := goExec(context.Background(), d, "stuck")
+	// The second exec must have found the attach in flight before the
+	// engine lets it go: otherwise it would rightly attach anew.
+	waitJoined(t, d, "stuck", 2)
 
 	o := waitOutcome(t, goExec(context.Background(), d, "good"), "exec in another sandbox while an attach is stuck")
 	if o.err != nil || o.res.ExitCode == nil || *o.res.ExitCode != 0 || string(o.res.Stdout) != `["echo","good"]` {
@@ -213,6 +216,28 @@ func TestStuckAttachBlocksNoOtherSandbox(t *testing.T) {
 	}
 	if n := e.attachCount("stuck"); n != 1 {
 		t.Fatalf("%d attaches to the stuck container, want 1 shared by both execs", n)
+	}
+}
+
+// waitJoined waits until n calls wait on the attach in flight to the
+// container.
+func waitJoined(t *testing.T, d *Docker, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(bounded)
+	for {
+		d.sessMu.Lock()
+		joined := 0
+		if c := d.attaching[id]; c != nil { // the fake engine's ids are full ids
+			joined = c.joined
+		}
+		d.sessMu.Unlock()
+		if joined >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls wait on the attach to %s after %s, want %d", joined, id, bounded, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
