@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,11 +90,12 @@ func cpuByGroup(procs []procCPU, dockerd uint32) map[string]time.Duration {
 	return out
 }
 
-// liveCPU is the CPU time so far of the running processes named (by comm).
-func liveCPU(names ...string) map[string]time.Duration {
-	out := map[string]time.Duration{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, f := range dirs {
+// liveProcs is the running processes with these names (comm), each with
+// its CPU time so far, from one walk of /proc.
+func liveProcs(names ...string) []procCPU {
+	var out []procCPU
+	files, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -103,33 +105,29 @@ func liveCPU(names ...string) map[string]time.Duration {
 		if lp < 0 || rp < lp {
 			continue
 		}
-		comm := s[lp+1 : rp]
-		for _, n := range names {
-			if comm != n {
-				continue
-			}
-			fields := strings.Fields(s[rp+1:])
-			if len(fields) < 13 {
-				continue
-			}
-			u, _ := strconv.ParseInt(fields[11], 10, 64)
-			k, _ := strconv.ParseInt(fields[12], 10, 64)
-			out[n] += time.Duration(u+k) * 10 * time.Millisecond
+		comm, fields := s[lp+1:rp], strings.Fields(s[rp+1:])
+		if !slices.Contains(names, comm) || len(fields) < 13 {
+			continue
 		}
+		pid, _ := strconv.ParseUint(filepath.Base(filepath.Dir(f)), 10, 32)
+		u, _ := strconv.ParseInt(fields[11], 10, 64)
+		k, _ := strconv.ParseInt(fields[12], 10, 64)
+		out = append(out, procCPU{pid: uint32(pid), comm: comm, cpu: time.Duration(u+k) * 10 * time.Millisecond})
 	}
 	return out
 }
 
-// pidOf is the pid of the first running process with this comm, or 0.
-func pidOf(comm string) uint32 {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, f := range dirs {
-		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == comm {
-			pid, _ := strconv.ParseUint(filepath.Base(filepath.Dir(f)), 10, 32)
-			return uint32(pid)
-		}
+// engineProcs are the long-lived engine processes accounting does not see
+// until they end.
+var engineProcs = []string{"dockerd", "containerd"}
+
+// cpuOf adds up processes' CPU time by name.
+func cpuOf(procs []procCPU) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range procs {
+		out[p.comm] += p.cpu
 	}
-	return 0
+	return out
 }
 
 // cpuProfile is process accounting switched on for a while.
@@ -152,13 +150,13 @@ func startCPUProfile(dir string) (*cpuProfile, error) {
 	if out, err := exec.Command("accton", f).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%w: accton %s: %v: %s", errNoAccton, f, err, out)
 	}
-	return &cpuProfile{file: f, live0: liveCPU("dockerd", "containerd")}, nil
+	return &cpuProfile{file: f, live0: cpuOf(liveProcs(engineProcs...))}, nil
 }
 
 // stop switches accounting off and says, per sandbox of n, where the CPU
 // went, largest first.
 func (c *cpuProfile) stop(n int) (string, error) {
-	live1 := liveCPU("dockerd", "containerd")
+	live := liveProcs(engineProcs...)
 	if out, err := exec.Command("accton", "off").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("accton off: %v: %s", err, out)
 	}
@@ -166,8 +164,14 @@ func (c *cpuProfile) stop(n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	groups := cpuByGroup(parseAcct(data), pidOf("dockerd"))
-	for name, t := range live1 {
+	var dockerd uint32
+	for _, p := range live {
+		if p.comm == "dockerd" {
+			dockerd = p.pid
+		}
+	}
+	groups := cpuByGroup(parseAcct(data), dockerd)
+	for name, t := range cpuOf(live) {
 		groups[name+" (running)"] += t - c.live0[name]
 	}
 	return formatGroups(groups, n), nil
