@@ -7,6 +7,9 @@ RC_PREFIX=/usr/local/lib/rarecloud
 RC_BIN=$RC_PREFIX/bin
 RC_RUNSC=$RC_BIN/runsc
 RC_RUNSC_STAMP=$RC_BIN/runsc.version
+# The OCI runtime the engine runs: runs runsc beside it, joining a sandbox
+# to the network namespace the backend wired for it (testbackend/ocispec).
+RC_RUNSC_WRAPPER=$RC_BIN/rarecloud-runsc
 RC_RUNSC_PKG=gvisor.dev/gvisor/runsc
 RC_RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
 
@@ -28,6 +31,12 @@ RC_NET_NAME=rarecloud-sandbox
 RC_NET_BRIDGE=rcsbx0
 RC_NET_SUBNET=172.30.99.0/24
 RC_NET_GATEWAY=172.30.99.1
+# The engine's own allocator hands out only this part of the subnet; the
+# backends lease the rest to the sandboxes they wire themselves.
+RC_NET_IPAM_RANGE=172.30.99.0/26
+# Network namespaces of sandboxes and their address leases.
+RC_NETNS_DIR=$RC_RUN/netns
+RC_ADDR_DIR=$RC_RUN/addr
 RC_FW_COMMENT=rarecloud-sandbox
 
 RC_TEMPLATES=(base python node)
@@ -78,5 +87,5 @@ rc_engine_answers() {
 	[[ -S $RC_SOCK ]] || return 1
 	local rt
 	rt=$(timeout 10 docker -H "$RC_DOCKER_HOST" info --format '{{json .Runtimes}}' 2>/dev/null) || return 1
-	[[ $rt == *"\"runsc\""*"$RC_RUNSC"* ]]
+	[[ $rt == *"\"runsc\""*"$RC_RUNSC_WRAPPER"* ]]
 }

@@ -147,8 +147,7 @@ daemon_json() {
 {
   "runtimes": {
     "runsc": {
-      "path": "$RC_RUNSC",
-      "runtimeArgs": ["--platform=systrap"]
+      "path": "$RC_RUNSC_WRAPPER"
     }
   },
   "default-runtime": "runsc",
@@ -238,6 +237,26 @@ $(tail -n 40 "$RC_DOCKERD_LOG")"
 		sleep 0.1
 	done
 	disown "$launcher" 2>/dev/null || true
+}
+
+# ensure_wrapper builds the runtime wrapper the engine runs (cmd/rarecloud-runsc:
+# it runs runsc with the platform flag, and joins a sandbox to the network
+# namespace the backend wired for it) and installs it when it changed.
+ensure_wrapper() {
+	local tmp
+	mkdir -p "$RC_BIN"
+	tmp=$(mktemp "$RC_BIN/.rarecloud-runsc.XXXXXX")
+	cleanup+=("$tmp")
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$tmp" ./testbackend/cmd/rarecloud-runsc) ||
+		die "building the runtime wrapper (go build ./testbackend/cmd/rarecloud-runsc) failed"
+	if [[ -x $RC_RUNSC_WRAPPER ]] && cmp -s "$tmp" "$RC_RUNSC_WRAPPER"; then
+		summary+=("runtime wrapper ok")
+		return
+	fi
+	chmod 0755 "$tmp"
+	mv -f "$tmp" "$RC_RUNSC_WRAPPER"
+	log "installed the runtime wrapper $RC_RUNSC_WRAPPER"
+	summary+=("runtime wrapper installed")
 }
 
 ensure_dockerd() {
@@ -387,9 +406,9 @@ ensure_dns_accept() {
 ensure_network() {
 	local mtu want_opts got
 	mtu=$(uplink_mtu)
-	want_opts="$RC_NET_SUBNET $RC_NET_GATEWAY $RC_NET_BRIDGE false $mtu"
+	want_opts="$RC_NET_SUBNET $RC_NET_GATEWAY $RC_NET_IPAM_RANGE $RC_NET_BRIDGE false $mtu"
 	got=$(rc_docker network inspect "$RC_NET_NAME" --format \
-		'{{range .IPAM.Config}}{{.Subnet}} {{.Gateway}}{{end}} {{index .Options "com.docker.network.bridge.name"}} {{index .Options "com.docker.network.bridge.enable_icc"}} {{index .Options "com.docker.network.driver.mtu"}}' 2>/dev/null || true)
+		'{{range .IPAM.Config}}{{.Subnet}} {{.Gateway}} {{.IPRange}}{{end}} {{index .Options "com.docker.network.bridge.name"}} {{index .Options "com.docker.network.bridge.enable_icc"}} {{index .Options "com.docker.network.driver.mtu"}}' 2>/dev/null || true)
 	local action=ok
 	if [[ -n $got && $got != "$want_opts" ]]; then
 		local n
@@ -403,7 +422,7 @@ ensure_network() {
 	if [[ -z $got ]]; then
 		[[ $action == ok ]] && action=created
 		rc_docker network create --driver bridge \
-			--subnet "$RC_NET_SUBNET" --gateway "$RC_NET_GATEWAY" \
+			--subnet "$RC_NET_SUBNET" --gateway "$RC_NET_GATEWAY" --ip-range "$RC_NET_IPAM_RANGE" \
 			-o com.docker.network.bridge.name="$RC_NET_BRIDGE" \
 			-o com.docker.network.bridge.enable_icc=false \
 			-o com.docker.network.driver.mtu="$mtu" \
@@ -420,8 +439,8 @@ ensure_network() {
 
 	local json
 	json=$(
-		printf '{\n  "network": "%s",\n  "bridge": "%s",\n  "subnet": "%s",\n  "gateway": "%s",\n  "dns": "%s",\n  "mtu": %s,\n  "blocked": [' \
-			"$RC_NET_NAME" "$RC_NET_BRIDGE" "$RC_NET_SUBNET" "$RC_NET_GATEWAY" "$RC_DNS" "$mtu"
+		printf '{\n  "network": "%s",\n  "bridge": "%s",\n  "subnet": "%s",\n  "gateway": "%s",\n  "ipam_range": "%s",\n  "netns": true,\n  "dns": "%s",\n  "mtu": %s,\n  "blocked": [' \
+			"$RC_NET_NAME" "$RC_NET_BRIDGE" "$RC_NET_SUBNET" "$RC_NET_GATEWAY" "$RC_NET_IPAM_RANGE" "$RC_DNS" "$mtu"
 		local first=1 r
 		for r in "${FW_RANGES[@]}"; do
 			((first)) || printf ', '
@@ -820,6 +839,7 @@ fi
 check_tools
 ensure_packages
 start_runsc
+ensure_wrapper
 ensure_dockerd
 ensure_firewall
 ensure_network

@@ -49,6 +49,18 @@ else
 fi
 rm -f "$RC_CONFIG_STAMP"
 
+# The network namespaces and address leases of sandboxes the backends wired
+# themselves: their containers stopped with dockerd.
+if [[ -d $RC_NETNS_DIR || -d $RC_ADDR_DIR ]]; then
+	for f in "$RC_NETNS_DIR"/*; do
+		[[ -e $f ]] || continue
+		umount -l "$f" 2>/dev/null || true
+		rm -f "$f"
+	done
+	rm -rf "$RC_ADDR_DIR"
+	did+=("sandbox network namespaces removed")
+fi
+
 # The DNS forwarder: only the dnsmasq that runs our configuration file.
 dns_pid=""
 if [[ -r $RC_DNSMASQ_PID ]]; then

@@ -140,6 +140,12 @@ func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) 
 			logger.Info("reaped the containers of a backend that is gone", "instance", inst, "containers", n)
 		}
 	}
+	// The network wiring of containers that are gone, whoever made them.
+	if n, err := d.SweepNetworks(ctx); err != nil {
+		errs = append(errs, err)
+	} else if n > 0 {
+		logger.Info("removed the network wiring of containers that are gone", "count", n)
+	}
 	return removed, errors.Join(errs...)
 }
 

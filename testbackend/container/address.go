@@ -20,7 +20,8 @@ func (d *Docker) endpointFor(spec Spec) *network.NetworkingConfig {
 
 // NetworkAddresses reports the sandbox network's subnet and gateway and the
 // IPv4 addresses its endpoints hold now, of every container on it (other
-// backends' too).
+// backends' too), with those the backends lease to sandboxes they wired
+// themselves (netns.go).
 func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gateway netip.Addr, used []netip.Addr, err error) {
 	if d.network == NetworkNone {
 		return subnet, gateway, nil, fmt.Errorf("runtime: sandboxes have no network")
@@ -48,6 +49,9 @@ func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gat
 		if p, perr := netip.ParsePrefix(ep.IPv4Address); perr == nil {
 			used = append(used, p.Addr())
 		}
+	}
+	if d.own != nil {
+		used = append(used, d.own.leased()...)
 	}
 	return subnet, gateway, used, nil
 }

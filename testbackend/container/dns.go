@@ -49,6 +49,30 @@ var (
 type setupNetwork struct {
 	Network string `json:"network"`
 	DNS     string `json:"dns"`
+	// The rest describes the bridge for wiring sandboxes without the
+	// engine (netns.go); Netns says setup installed the runtime wrapper.
+	Bridge    string `json:"bridge"`
+	Subnet    string `json:"subnet"`
+	Gateway   string `json:"gateway"`
+	MTU       int    `json:"mtu"`
+	IPAMRange string `json:"ipam_range"`
+	Netns     bool   `json:"netns"`
+	Engine    string `json:"engine"` // the engine setup started, which runs the wrapper
+}
+
+// readSetupNetwork reads networkFile; ok is false when there is none.
+func readSetupNetwork() (n setupNetwork, ok bool, err error) {
+	data, err := os.ReadFile(networkFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return n, false, nil
+	}
+	if err != nil {
+		return n, false, fmt.Errorf("runtime: %w", err)
+	}
+	if err := json.Unmarshal(data, &n); err != nil {
+		return n, false, fmt.Errorf("runtime: %s: %w", networkFile, err)
+	}
+	return n, true, nil
 }
 
 // sandboxDNS decides the name servers of sandboxes on network: the
@@ -61,16 +85,9 @@ func sandboxDNS(network string, explicit []string) ([]string, error) {
 	}
 	servers := explicit
 	if len(servers) == 0 {
-		data, err := os.ReadFile(networkFile)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("runtime: %w", err)
-		}
-		var n setupNetwork
-		if err := json.Unmarshal(data, &n); err != nil {
-			return nil, fmt.Errorf("runtime: %s: %w", networkFile, err)
+		n, ok, err := readSetupNetwork()
+		if err != nil || !ok {
+			return nil, err
 		}
 		if n.Network != network || n.DNS == "" {
 			return nil, nil

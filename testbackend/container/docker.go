@@ -61,6 +61,9 @@ type DockerOptions struct {
 	// Agent is the host path of the rarecloud-agent binary: "" means
 	// DefaultAgentPath when it exists, AgentNone turns the agent off.
 	Agent string
+	// EngineNetworking has the engine network sandboxes even where the
+	// backend could wire them itself (netns.go): to compare the two.
+	EngineNetworking bool
 }
 
 // Docker is a Runtime backed by a Docker engine.
@@ -72,6 +75,7 @@ type Docker struct {
 	pull     string
 	instance string
 	dns      []string
+	own      *ownNet // the backend wires sandboxes itself (netns.go); nil: the engine does
 
 	agentPath string                   // host path of the agent binary; "" runs a shell keepalive and execs through the engine
 	sessMu    sync.Mutex               // guards the maps below; never held across an engine call
@@ -128,6 +132,13 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: docker client: %w", err)
 	}
+	var own *ownNet
+	if !opts.EngineNetworking && network != NetworkNone {
+		if own, err = ownNetFor(network, cli.DaemonHost()); err != nil {
+			_ = cli.Close()
+			return nil, err
+		}
+	}
 	return &Docker{
 		cli:      cli,
 		host:     cli.DaemonHost(),
@@ -136,6 +147,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		pull:     pull,
 		instance: opts.Instance,
 		dns:      dns,
+		own:      own,
 
 		agentPath: resolveAgent(opts.Agent),
 		sessions:  map[string]*agentSession{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,9 +38,21 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 	if err := d.useDNS(hc); err != nil {
 		return "", err
 	}
+	endpoint := d.endpointFor(spec)
+	hosts := ""
+	if d.own != nil {
+		var err error
+		if hosts, err = d.useOwnNet(cfg, hc); err != nil {
+			return "", err
+		}
+		endpoint = nil
+	}
 
-	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, endpoint, nil, spec.Name)
 	if err != nil {
+		if hosts != "" {
+			_ = os.Remove(hosts)
+		}
 		switch {
 		case isEngineDown(err):
 			return "", d.engineErr("create container", err)
@@ -47,6 +60,15 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 			return "", fmt.Errorf("%w: %s: %v", ErrImageUnavailable, spec.Image, err)
 		default:
 			return "", fmt.Errorf("runtime: create container from %s: %w", spec.Image, err)
+		}
+	}
+	if d.own != nil {
+		if err := d.wireNet(created.ID, spec.IPv4, hosts); err != nil {
+			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = d.Remove(rmCtx, created.ID)
+			_ = os.Remove(hosts) // also when wiring failed before it was recorded
+			return created.ID, fmt.Errorf("runtime: network for the container from %s: %w", spec.Image, err)
 		}
 	}
 	if err := d.cli.ContainerStart(ctx, created.ID, dockercontainer.StartOptions{}); err != nil {
@@ -160,10 +182,15 @@ func (d *Docker) Wait(ctx context.Context, id string) Exit {
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, dockercontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
+		d.releaseNet(id)
 		return nil
 	}
 	if strings.Contains(err.Error(), "already in progress") {
-		return d.waitRemoved(ctx, id)
+		if err := d.waitRemoved(ctx, id); err != nil {
+			return err
+		}
+		d.releaseNet(id)
+		return nil
 	}
 	return d.containerErr("remove", id, err)
 }

@@ -39,15 +39,26 @@ var echoArgv = []string{"sh", "-c", "echo hi"}
 // same network and with the same limits as a sandbox of the base template.
 type floorRig struct {
 	d *container.Docker
-	n atomic.Int64
+	// eng starts the same containers with the engine's own networking
+	// (libnetwork), for the cost of what the backend's wiring replaced.
+	eng *container.Docker
+	n   atomic.Int64
 }
 
 func newFloorRig() (*floorRig, error) {
-	d, err := container.NewDocker(container.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: container.AgentNone})
+	opts := container.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: container.AgentNone}
+	d, err := container.NewDocker(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &floorRig{d: d}, nil
+	opts.Instance += "-engnet"
+	opts.EngineNetworking = true
+	eng, err := container.NewDocker(opts)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return &floorRig{d: d, eng: eng}, nil
 }
 
 func (f *floorRig) spec(image string) container.Spec {
@@ -73,9 +84,16 @@ func measureFloor(ctx context.Context, o options, f *floorRig, costs map[string]
 	d := f.d
 	out := map[string]*row{}
 	var starts, removes, firsts []time.Duration
-	var startCPU, execCPU, removeCPU cpuCost
+	var startCPU, execCPU, removeCPU, engStartCPU, engRemoveCPU cpuCost
 	errs := 0
 	for i := 0; i < o.n/2; i++ {
+		// The same start and remove with the engine's networking,
+		// alternating with the rows' own so that both see the same host.
+		var engID string
+		if err := engStartCPU.measure(func() (err error) { engID, err = f.eng.Start(ctx, f.spec(sandbox.ImageBase)); return err }); err == nil {
+			_ = engRemoveCPU.measure(func() error { return f.eng.Remove(ctx, engID) })
+		}
+
 		t0 := time.Now()
 		var id string
 		if err := startCPU.measure(func() (err error) { id, err = d.Start(ctx, f.spec(sandbox.ImageBase)); return err }); err != nil {
@@ -94,6 +112,8 @@ func measureFloor(ctx context.Context, o options, f *floorRig, costs map[string]
 	costs["floor: host CPU per raw start (busy CPU time from /proc/stat, one at a time)"] = startCPU.String()
 	costs["floor: host CPU per raw exec sh -c 'echo hi' (the first in a new container)"] = execCPU.String()
 	costs["floor: host CPU per raw remove"] = removeCPU.String()
+	costs["floor: host CPU per raw start with the engine's networking (libnetwork; the backend wires sandboxes itself)"] = engStartCPU.String()
+	costs["floor: host CPU per raw remove with the engine's networking"] = engRemoveCPU.String()
 	costs["floor: CPU needed for 1 sandbox/s"] = capacityNote(startCPU.per(), execCPU.per(), removeCPU.per(), 1, runtime.NumCPU())
 	out[floorStart] = summarize(floorStart, starts, errs)
 	out[floorStartExec] = summarize(floorStartExec, firsts, errs)

@@ -83,6 +83,7 @@ func prepareBackend(ctx context.Context, work string) (bin, tokens string, err e
 func (s *session) close() {
 	if s.rig != nil {
 		s.rig.d.Close()
+		s.rig.eng.Close()
 	}
 	if s.cold != nil {
 		s.cold.stop()

@@ -1,0 +1,509 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	dockercontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
+)
+
+// Sandbox networking without the engine.
+//
+// Docker's networking costs about half a CPU-second per sandbox on this kind
+// of machine: dockerd re-executes itself twice in the container's namespace
+// (its embedded resolver, which gVisor cannot use, and the IPv6 switch) and
+// runs once more as the runtime's prestart hook. On the network make setup
+// made, the backend therefore wires each sandbox itself, with a few netlink
+// calls from this process: the container is created without a network, the
+// backend makes a network namespace for it (ocispec.NetnsDir/<container
+// id>) holding one end of a veth pair with the sandbox's address and a
+// default route via the gateway, the other end on the sandbox bridge, and
+// the runtime wrapper (cmd/rarecloud-runsc) has runsc join it. The bridge is
+// the same one, so the firewall rules on it (setup's, the engine's
+// masquerade and inter-container drop, the egress controller's per-address
+// rules) apply unchanged.
+//
+// Addresses come from the part of the subnet the engine's allocator does
+// not use (setup gives the engine the range network.json "ipam_range"). A
+// lease is a symlink leaseDir/<address> -> <container id>, made with
+// symlink(2), which fails when the name exists: backends sharing the bridge
+// never hand out one address twice. A lease always points at an existing
+// namespace: the namespace is made before the lease and removed after it, so
+// a lease whose namespace is gone is a leftover of a crash (sweepNetns).
+
+// leaseDir holds the address leases of sandboxes wired by the backend.
+const leaseDir = "/run/rarecloud/addr"
+
+// sandboxIface is the sandbox's end of its veth pair.
+const sandboxIface = "eth0"
+
+// ownNet is the sandbox bridge as network.json describes it, when setup
+// installed the runtime wrapper that lets the backend wire sandboxes.
+type ownNet struct {
+	bridge  string
+	subnet  netip.Prefix
+	gateway netip.Addr
+	ipam    netip.Prefix // the engine's share of the subnet
+	mtu     int
+	netns   string // ocispec.NetnsDir, or a test's
+	leases  string // leaseDir, or a test's
+}
+
+// ownNetFor is the wiring for sandboxes on network: the bridge setup made,
+// when setup installed the wrapper into the engine it started, that engine
+// is the one at host, and the backend is root (it makes namespaces); else
+// nil.
+func ownNetFor(network, host string) (*ownNet, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	n, ok, err := readSetupNetwork()
+	if err != nil || !ok || n.Network != network || n.Engine != host {
+		return nil, err
+	}
+	return ownNetFrom(n)
+}
+
+// ownNetFrom reads the wiring parameters from setup's network description;
+// nil when setup did not install the wrapper (sandboxes then use the engine's
+// network).
+func ownNetFrom(n setupNetwork) (*ownNet, error) {
+	if !n.Netns {
+		return nil, nil
+	}
+	subnet, err := netip.ParsePrefix(n.Subnet)
+	if err != nil || !subnet.Addr().Is4() {
+		return nil, fmt.Errorf("runtime: %s: subnet %q is not an IPv4 prefix", networkFile, n.Subnet)
+	}
+	gw, err := netip.ParseAddr(n.Gateway)
+	if err != nil || !subnet.Contains(gw) {
+		return nil, fmt.Errorf("runtime: %s: gateway %q is not in %s", networkFile, n.Gateway, subnet)
+	}
+	ipam, err := netip.ParsePrefix(n.IPAMRange)
+	if err != nil || !subnet.Contains(ipam.Addr()) || ipam.Bits() < subnet.Bits() {
+		return nil, fmt.Errorf("runtime: %s: ipam_range %q is not inside %s", networkFile, n.IPAMRange, subnet)
+	}
+	if n.Bridge == "" {
+		return nil, fmt.Errorf("runtime: %s names no bridge", networkFile)
+	}
+	mtu := n.MTU
+	if mtu <= 0 {
+		mtu = 1500
+	}
+	return &ownNet{bridge: n.Bridge, subnet: subnet.Masked(), gateway: gw, ipam: ipam.Masked(), mtu: mtu,
+		netns: ocispec.NetnsDir, leases: leaseDir}, nil
+}
+
+// hostIface names the bridge end of a container's veth pair (15 bytes at
+// most).
+func hostIface(id string) string {
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return "rcv" + id
+}
+
+// candidates lists the addresses the backend may lease, from a random
+// starting point, so that backends starting together rarely collide.
+func (o *ownNet) candidates() []netip.Addr {
+	var out []netip.Addr
+	last := lastAddr(o.subnet)
+	for a := o.subnet.Addr().Next(); a.IsValid() && a.Less(last); a = a.Next() {
+		if a == o.gateway || o.ipam.Contains(a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	if len(out) > 0 {
+		k := rand.IntN(len(out))
+		out = append(out[k:], out[:k]...)
+	}
+	return out
+}
+
+// lastAddr is the broadcast address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= 1<<(32-p.Bits()) - 1
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// errAddressInUse is what a fixed address that another sandbox leases
+// gives (worded like the engine's answer, which the sandbox manager
+// recognises and then picks another).
+var errAddressInUse = errors.New("address already in use")
+
+// attach wires container id: its namespace, a lease on want (or on any free
+// address when want is empty) and the veth pair. It returns the address.
+// On error nothing of it is left behind.
+func (o *ownNet) attach(id, want string) (addr netip.Addr, err error) {
+	if err := os.MkdirAll(o.netns, 0o700); err != nil {
+		return addr, err
+	}
+	if err := os.MkdirAll(o.leases, 0o700); err != nil {
+		return addr, err
+	}
+	nsPath := filepath.Join(o.netns, id)
+	if err := newNetns(nsPath); err != nil {
+		return addr, fmt.Errorf("network namespace for %s: %w", id, err)
+	}
+	defer func() {
+		if err != nil {
+			o.detach(id)
+		}
+	}()
+	addr, err = o.lease(id, want)
+	if err != nil {
+		return addr, err
+	}
+	if err := o.wire(id, nsPath, addr); err != nil {
+		return addr, fmt.Errorf("wiring %s to %s: %w", id, o.bridge, err)
+	}
+	return addr, nil
+}
+
+// lease takes want, or the first free candidate.
+func (o *ownNet) lease(id, want string) (netip.Addr, error) {
+	if want != "" {
+		a, err := netip.ParseAddr(want)
+		if err != nil || !o.subnet.Contains(a) || a == o.gateway || o.ipam.Contains(a) {
+			return netip.Addr{}, fmt.Errorf("address %q is not one the backend may lease in %s", want, o.subnet)
+		}
+		if err := os.Symlink(id, filepath.Join(o.leases, a.String())); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return netip.Addr{}, fmt.Errorf("lease %s: %w", a, errAddressInUse)
+			}
+			return netip.Addr{}, err
+		}
+		return a, nil
+	}
+	for _, a := range o.candidates() {
+		err := os.Symlink(id, filepath.Join(o.leases, a.String()))
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return netip.Addr{}, err
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no free address left in %s outside %s", o.subnet, o.ipam)
+}
+
+// newNetns makes a network namespace with IPv6 off (as the engine does: no
+// link-local addresses) and loopback up, bind-mounted at path.
+func newNetns(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// This thread ends in the new namespace and is never unlocked: the Go
+		// runtime retires it when the goroutine returns.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			// /proc/sys/net is the namespace of the thread that opens it.
+			for _, k := range []string{"all", "default"} {
+				if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("disable IPv6: %w", err)
+				}
+			}
+			if lo, err := netlink.LinkByName("lo"); err == nil {
+				if err := netlink.LinkSetUp(lo); err != nil {
+					return fmt.Errorf("loopback up: %w", err)
+				}
+			}
+			src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind mount: %w", err)
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// wire makes the veth pair: the sandbox's end in the namespace with addr and
+// a default route via the gateway, the other on the bridge.
+func (o *ownNet) wire(id, nsPath string, addr netip.Addr) error {
+	br, err := netlink.LinkByName(o.bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", o.bridge, err)
+	}
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	host := hostIface(id)
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: host, MTU: o.mtu, MasterIndex: br.Attrs().Index},
+		PeerName:      sandboxIface,
+		PeerNamespace: netlink.NsFd(ns),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth %s: %w", host, err)
+	}
+	// The bridge end needs no address of its own, IPv6 link-local included.
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+host+"/disable_ipv6", []byte("1"), 0)
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(sandboxIface)
+	if err != nil {
+		return err
+	}
+	ipnet := &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(o.subnet.Bits(), 32)}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return fmt.Errorf("address %s: %w", addr, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return err
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: o.gateway.AsSlice()}); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	hostLink, err := netlink.LinkByName(host)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(hostLink)
+}
+
+// detach undoes attach for container id, whatever part of it exists: the
+// lease first (a lease must never outlive its namespace), then the
+// namespace, then the bridge end of the veth pair (normally gone with the
+// namespace already).
+func (o *ownNet) detach(id string) {
+	if ents, err := os.ReadDir(o.leases); err == nil {
+		for _, e := range ents {
+			p := filepath.Join(o.leases, e.Name())
+			if t, err := os.Readlink(p); err == nil && t == id {
+				_ = os.Remove(p)
+			}
+		}
+	}
+	nsPath := filepath.Join(o.netns, id)
+	if err := unix.Unmount(nsPath, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return // still mounted: keep the file, the sweep tries again
+	}
+	_ = os.Remove(nsPath)
+	if l, err := netlink.LinkByName(hostIface(id)); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+}
+
+// leased lists the addresses leased now.
+func (o *ownNet) leased() []netip.Addr {
+	ents, err := os.ReadDir(o.leases)
+	if err != nil {
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(ents))
+	for _, e := range ents {
+		if a, err := netip.ParseAddr(e.Name()); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// sweep removes the namespaces of containers that no longer exist and
+// leases whose namespace is gone: what a crash between attach and detach
+// leaves. The directory is read before the engine's containers are listed,
+// and a namespace is made only after its container, so a sandbox being
+// wired meanwhile is never swept.
+func (o *ownNet) sweep(containers func() (map[string]bool, error)) (removed int, err error) {
+	ents, err := os.ReadDir(o.netns)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	live, err := containers()
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if strings.HasPrefix(id, ".") || live[id] {
+			continue
+		}
+		o.detach(id)
+		removed++
+	}
+	leases, err := os.ReadDir(o.leases)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return removed, err
+	}
+	for _, e := range leases {
+		p := filepath.Join(o.leases, e.Name())
+		t, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(o.netns, t)); errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(p)
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+// hostsTarget is where a wired sandbox sees its hosts file. The engine
+// writes none for a container without a network, so the backend writes one
+// like the engine's: the loopback names and the sandbox's own address with
+// its hostname (programs look themselves up by name).
+const hostsTarget = "/etc/hosts"
+
+// hostsDir holds the sandboxes' hosts files, one per container (a file
+// hosts-*, made before its container, and a symlink named by the container
+// id that points at it, made once the id is known).
+var hostsDir = "/run/rarecloud/hosts"
+
+// hostsFile is the content of a sandbox's /etc/hosts.
+func hostsFile(addr netip.Addr, hostname string) []byte {
+	return []byte("# RareCloud sandbox hosts (written by the backend).\n" +
+		"127.0.0.1\tlocalhost\n" +
+		"::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		addr.String() + "\t" + hostname + "\n")
+}
+
+// useOwnNet has the engine create the container without a network (no
+// endpoint, no prestart hook: attach wires it) and mounts a hosts file,
+// empty until wireHosts fills it in before the container starts. It returns
+// the file's host path.
+func (d *Docker) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) (string, error) {
+	cfg.NetworkDisabled = true
+	hc.NetworkMode = dockercontainer.NetworkMode(NetworkNone)
+	if err := os.MkdirAll(hostsDir, 0o755); err != nil {
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	f, err := os.CreateTemp(hostsDir, "hosts-")
+	if err != nil {
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	path := f.Name()
+	err = f.Chmod(0o644)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: path, Target: hostsTarget, ReadOnly: true})
+	return path, nil
+}
+
+// wireNet wires container id (see attach) and writes its hosts file.
+func (d *Docker) wireNet(id, want, hosts string) error {
+	addr, err := d.own.attach(id, want)
+	if err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Base(hosts), filepath.Join(hostsDir, id)); err != nil {
+		return fmt.Errorf("hosts file: %w", err)
+	}
+	hostname := id
+	if len(hostname) > 12 {
+		hostname = hostname[:12] // the engine's default hostname
+	}
+	return os.WriteFile(hosts, hostsFile(addr, hostname), 0o644)
+}
+
+// releaseNet undoes the wiring of a removed container (nothing when the
+// engine networked it).
+func (d *Docker) releaseNet(id string) {
+	if d.own == nil {
+		return
+	}
+	d.own.detach(id)
+	removeHosts(id)
+}
+
+// removeHosts removes container id's hosts file and its link.
+func removeHosts(id string) {
+	if strings.ContainsAny(id, "/.") || id == "" {
+		return
+	}
+	link := filepath.Join(hostsDir, id)
+	if t, err := os.Readlink(link); err == nil && !strings.Contains(t, "/") {
+		_ = os.Remove(filepath.Join(hostsDir, t))
+	}
+	_ = os.Remove(link)
+}
+
+// SweepNetworks removes the wiring left by containers that are gone (a
+// backend that crashed between creating a sandbox and removing it, or a
+// sandbox another backend removed): namespaces, leases, and hosts files no
+// container mounts (older than a minute: a file is made just before its
+// container). It reports how many it removed.
+func (d *Docker) SweepNetworks(ctx context.Context) (int, error) {
+	if d.own == nil {
+		return 0, nil
+	}
+	hostsEnts, _ := os.ReadDir(hostsDir)
+	var live, mounted map[string]bool
+	n, err := d.own.sweep(func() (map[string]bool, error) {
+		cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{All: true})
+		if err != nil {
+			return nil, d.engineErr("list containers", err)
+		}
+		live = make(map[string]bool, len(cs))
+		mounted = map[string]bool{}
+		for _, c := range cs {
+			live[c.ID] = true
+			for _, m := range c.Mounts {
+				mounted[m.Source] = true
+			}
+		}
+		return live, nil
+	})
+	if err != nil || live == nil {
+		return n, err
+	}
+	for _, e := range hostsEnts {
+		name := e.Name()
+		p := filepath.Join(hostsDir, name)
+		if !strings.HasPrefix(name, "hosts-") {
+			if !live[name] { // the link of a container that is gone
+				removeHosts(name)
+				n++
+			}
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || mounted[p] || time.Since(info.ModTime()) < time.Minute {
+			continue
+		}
+		if os.Remove(p) == nil {
+			n++
+		}
+	}
+	return n, nil
+}
