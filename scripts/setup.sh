@@ -239,24 +239,46 @@ $(tail -n 40 "$RC_DOCKERD_LOG")"
 	disown "$launcher" 2>/dev/null || true
 }
 
-# ensure_wrapper builds the runtime wrapper the engine runs (cmd/rarecloud-runsc:
-# it runs runsc with the platform flag, and joins a sandbox to the network
-# namespace the backend wired for it) and installs it when it changed.
+# ensure_wrapper builds the runtime wrapper (cmd/rarecloud-runsc: it runs runsc
+# with the platform flag, and joins a sandbox to the network namespace the
+# backend wired for it) and writes the script the engine runs as its
+# runtime, which calls the wrapper for "create" and runsc for the rest;
+# each is replaced only when it changed.
+runtime_script() {
+	cat <<EOF
+#!/bin/sh
+# The OCI runtime "runsc" of the engine scripts/setup.sh starts (written by it).
+case " \$* " in
+*" create "*) exec $RC_RUNSC_CREATE "\$@" ;;
+esac
+exec $RC_RUNSC --platform=systrap "\$@"
+EOF
+}
+
 ensure_wrapper() {
-	local tmp
+	local tmp changed=0
 	mkdir -p "$RC_BIN"
 	tmp=$(mktemp "$RC_BIN/.rarecloud-runsc.XXXXXX")
 	cleanup+=("$tmp")
 	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$tmp" ./testbackend/cmd/rarecloud-runsc) ||
 		die "building the runtime wrapper (go build ./testbackend/cmd/rarecloud-runsc) failed"
-	if [[ -x $RC_RUNSC_WRAPPER ]] && cmp -s "$tmp" "$RC_RUNSC_WRAPPER"; then
-		summary+=("runtime wrapper ok")
-		return
+	if ! { [[ -x $RC_RUNSC_CREATE ]] && cmp -s "$tmp" "$RC_RUNSC_CREATE"; }; then
+		chmod 0755 "$tmp"
+		mv -f "$tmp" "$RC_RUNSC_CREATE"
+		changed=1
 	fi
-	chmod 0755 "$tmp"
-	mv -f "$tmp" "$RC_RUNSC_WRAPPER"
-	log "installed the runtime wrapper $RC_RUNSC_WRAPPER"
-	summary+=("runtime wrapper installed")
+	if [[ ! -x $RC_RUNSC_WRAPPER || $(<"$RC_RUNSC_WRAPPER") != "$(runtime_script)" ]]; then
+		runtime_script >"$RC_RUNSC_WRAPPER.tmp"
+		chmod 0755 "$RC_RUNSC_WRAPPER.tmp"
+		mv -f "$RC_RUNSC_WRAPPER.tmp" "$RC_RUNSC_WRAPPER"
+		changed=1
+	fi
+	if ((changed)); then
+		log "installed the runtime $RC_RUNSC_WRAPPER (and $RC_RUNSC_CREATE)"
+		summary+=("runtime wrapper installed")
+	else
+		summary+=("runtime wrapper ok")
+	fi
 }
 
 ensure_dockerd() {

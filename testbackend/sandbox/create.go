@@ -166,8 +166,17 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	if req.Image != "" {
 		image = req.Image
 	}
-	if err := m.ensureImage(ctx, image); err != nil {
-		return CreateResult{}, err
+	// A warm container is proof enough of the image and the engine (unless
+	// the engine is known to be away, or was never reached): its claim
+	// skips their two engine round trips, which on a host busy with
+	// refills were a large part of a warm create.
+	m.mu.Lock()
+	warm := m.warmReadyLocked(tpl, req, image)
+	m.mu.Unlock()
+	if !warm || !m.engineTrusted() {
+		if err := m.ensureImage(ctx, image); err != nil {
+			return CreateResult{}, err
+		}
 	}
 	sb := m.newRecord(account, tpl, image, req, idem)
 	if m.immediate {

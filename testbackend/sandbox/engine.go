@@ -74,6 +74,14 @@ func (m *Manager) publishCheck(c *engineCheck, err error) {
 	close(c.done)
 }
 
+// engineTrusted says the engine answered (and was reconciled with) and
+// nothing has seen it fail since.
+func (m *Manager) engineTrusted() bool {
+	m.engine.mu.Lock()
+	defer m.engine.mu.Unlock()
+	return !m.engine.down && !m.engine.lastOK.IsZero()
+}
+
 func (m *Manager) pingAndReconcile() error {
 	m.engine.mu.Lock()
 	needsReconcile := m.engine.down || m.engine.lastOK.IsZero()

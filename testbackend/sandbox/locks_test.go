@@ -17,18 +17,19 @@ import (
 // until removed. Gates, when set, hold a call until the test closes them:
 // listGate every List (reconciliation), removeGate every Remove.
 type fakeRuntime struct {
-	mu         sync.Mutex
-	pings      int
-	next       int
-	containers map[string]*fakeContainer // by id
-	listGate   chan struct{}
-	listIn     chan struct{} // closed when a List first waits at its gate
-	removeGate chan struct{}
-	removeIn   chan struct{} // closed when a Remove first waits at its gate
-	removed    []string
-	prepared   map[string]bool // containers Prepare was called on
-	prepareErr error           // what Prepare answers
-	coldGate   chan struct{}   // when set, starts of sandboxes (not of warm containers) wait for it
+	mu          sync.Mutex
+	pings       int
+	imageChecks int
+	next        int
+	containers  map[string]*fakeContainer // by id
+	listGate    chan struct{}
+	listIn      chan struct{} // closed when a List first waits at its gate
+	removeGate  chan struct{}
+	removeIn    chan struct{} // closed when a Remove first waits at its gate
+	removed     []string
+	prepared    map[string]bool // containers Prepare was called on
+	prepareErr  error           // what Prepare answers
+	coldGate    chan struct{}   // when set, starts of sandboxes (not of warm containers) wait for it
 }
 
 type fakeContainer struct {
@@ -83,8 +84,13 @@ func (f *fakeRuntime) Ping(context.Context) error {
 	f.pings++
 	return nil
 }
-func (f *fakeRuntime) Address() string                           { return "fake" }
-func (f *fakeRuntime) EnsureImage(context.Context, string) error { return nil }
+func (f *fakeRuntime) Address() string { return "fake" }
+func (f *fakeRuntime) EnsureImage(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.imageChecks++
+	return nil
+}
 func (f *fakeRuntime) Start(_ context.Context, spec container.Spec) (string, error) {
 	f.mu.Lock()
 	gate := f.coldGate

@@ -27,16 +27,23 @@ type warmPool struct {
 // request with environment variables never gets one: its container must
 // start with them, so that the record need not keep their values.
 func (m *Manager) claimLocked(sandboxID string, tpl Template, req CreateRequest, image string) string {
-	p := m.pools[tpl.Name]
-	// A restricted sandbox starts cold: its rules are keyed on an address
-	// chosen before its container exists (egress_start.go).
-	if p == nil || len(p.ready) == 0 || image != tpl.Image || len(req.Env) > 0 || req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0 || req.EgressMode != EgressAllowAll {
+	if !m.warmReadyLocked(tpl, req, image) {
 		return ""
 	}
+	p := m.pools[tpl.Name]
 	cid := p.ready[0]
 	p.ready = p.ready[1:]
 	m.deferRefillLocked(sandboxID, tpl.Name)
 	return cid
+}
+
+// warmReadyLocked says whether a warm container is there for the request.
+// A restricted sandbox starts cold: its rules are keyed on an address
+// chosen before its container exists (egress_start.go).
+func (m *Manager) warmReadyLocked(tpl Template, req CreateRequest, image string) bool {
+	p := m.pools[tpl.Name]
+	return p != nil && len(p.ready) > 0 && image == tpl.Image && len(req.Env) == 0 && !req.Run &&
+		len(req.Entrypoint) == 0 && len(req.Cmd) == 0 && req.EgressMode == EgressAllowAll
 }
 
 // DefaultRefillDelay is the longest a claim's refill waits for the

@@ -60,6 +60,65 @@ func TestClaimRefillsAfterTheFirstOperation(t *testing.T) {
 	}
 }
 
+// engineCalls is how many pings and image checks the runtime has seen.
+func (f *fakeRuntime) engineCalls() (pings, images int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pings, f.imageChecks
+}
+
+// TestWarmClaimSkipsEngineChecks: a create that claims a warm container
+// asks the engine nothing (no ping, no image check: the container vouches
+// for both), even when the last ping is stale; a cold create still checks
+// both (the control), and so does a warm one while the engine is known to
+// be away.
+func TestWarmClaimSkipsEngineChecks(t *testing.T) {
+	m, rt := startPoolManager(t, time.Hour)
+	stale := func() {
+		m.engine.mu.Lock()
+		m.engine.lastOK = time.Now().Add(-time.Hour)
+		m.engine.mu.Unlock()
+	}
+	stale()
+	p0, i0 := rt.engineCalls()
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.Status != StatusRunning {
+		t.Fatalf("create with a warm pool: %s, want running", res.Sandbox.Status)
+	}
+	if p1, i1 := rt.engineCalls(); p1 != p0 || i1 != i0 {
+		t.Errorf("a warm claim made %d pings and %d image checks, want none", p1-p0, i1-i0)
+	}
+
+	// Control: a cold create (environment keeps it off the pool) checks.
+	stale()
+	p0, i0 = rt.engineCalls()
+	if _, err := m.Create(context.Background(), "acct", "", CreateRequest{Env: map[string]string{"A": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p1, i1 := rt.engineCalls(); p1 != p0+1 || i1 != i0+1 {
+		t.Errorf("a cold create made %d pings and %d image checks, want 1 and 1", p1-p0, i1-i0)
+	}
+
+	// The engine known to be away: even a warm claim asks it first.
+	if _, err := m.Command(context.Background(), "acct", res.Sandbox.ID, "echo hi", nil); err != nil {
+		t.Fatal(err) // the first command lets the pool refill
+	}
+	awaitWarm(t, m)
+	m.engine.mu.Lock()
+	m.engine.down = true
+	m.engine.mu.Unlock()
+	p0, _ = rt.engineCalls()
+	if _, err := m.Create(context.Background(), "acct", "", CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if p1, _ := rt.engineCalls(); p1 == p0 {
+		t.Error("a warm claim while the engine was marked away did not ping it")
+	}
+}
+
 // TestRefillsWaitForColdStarts: while a sandbox starts cold, the refill a
 // claim owes waits, so that a warm start does not take the CPU of a start
 // a user waits for; it starts once the cold start has ended.

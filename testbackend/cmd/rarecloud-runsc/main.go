@@ -6,8 +6,10 @@
 // so the engine never sets up a network for it (its libnetwork re-executions
 // and prestart hook cost about half a CPU-second per sandbox on this kind of
 // machine). Every other call, and every other container, passes through
-// unchanged. It replaces the shell script the engine would write for the
-// runtime's arguments, so it adds no process start of its own.
+// unchanged. The engine's runtime is a shell script setup writes
+// (rarecloud-runtime), which runs this program for "create" calls only and
+// runsc directly for the rest: a Go program's start costs about 7 ms of CPU
+// here, a shell's about 3.
 package main
 
 import (
