@@ -1,0 +1,152 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	dockercontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+)
+
+// The Docker runtime's side of wiring sandboxes itself (netns.go): the
+// container is created without a network and with a hosts file of its own,
+// wired between create and start, and unwired when removed.
+
+// hostsTarget is where a wired sandbox sees its hosts file. The engine
+// writes none for a container without a network, so the backend writes one
+// like the engine's: the loopback names and the sandbox's own address with
+// its hostname (programs look themselves up by name).
+const hostsTarget = "/etc/hosts"
+
+// hostsDir holds the sandboxes' hosts files, one per container (a file
+// hosts-*, made before its container, and a symlink named by the container
+// id that points at it, made once the id is known).
+var hostsDir = "/run/rarecloud/hosts"
+
+// hostsFile is the content of a sandbox's /etc/hosts.
+func hostsFile(addr netip.Addr, hostname string) []byte {
+	return []byte("# RareCloud sandbox hosts (written by the backend).\n" +
+		"127.0.0.1\tlocalhost\n" +
+		"::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		addr.String() + "\t" + hostname + "\n")
+}
+
+// useOwnNet has the engine create the container without a network (no
+// endpoint, no prestart hook: attach wires it) and mounts a hosts file,
+// empty until wireHosts fills it in before the container starts. It returns
+// the file's host path.
+func (d *Docker) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) (string, error) {
+	cfg.NetworkDisabled = true
+	hc.NetworkMode = dockercontainer.NetworkMode(NetworkNone)
+	if err := os.MkdirAll(hostsDir, 0o755); err != nil {
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	f, err := os.CreateTemp(hostsDir, "hosts-")
+	if err != nil {
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	path := f.Name()
+	err = f.Chmod(0o644)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("runtime: hosts file for the sandbox: %w", err)
+	}
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: path, Target: hostsTarget, ReadOnly: true})
+	return path, nil
+}
+
+// wireNet wires container id (see attach) and writes its hosts file.
+func (d *Docker) wireNet(id, want, hosts string) error {
+	addr, err := d.own.attach(id, want)
+	if err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Base(hosts), filepath.Join(hostsDir, id)); err != nil {
+		return fmt.Errorf("hosts file: %w", err)
+	}
+	hostname := id
+	if len(hostname) > 12 {
+		hostname = hostname[:12] // the engine's default hostname
+	}
+	return os.WriteFile(hosts, hostsFile(addr, hostname), 0o644)
+}
+
+// releaseNet undoes the wiring of a removed container (nothing when the
+// engine networked it).
+func (d *Docker) releaseNet(id string) {
+	if d.own == nil {
+		return
+	}
+	d.own.detach(id)
+	removeHosts(id)
+}
+
+// removeHosts removes container id's hosts file and its link.
+func removeHosts(id string) {
+	if strings.ContainsAny(id, "/.") || id == "" {
+		return
+	}
+	link := filepath.Join(hostsDir, id)
+	if t, err := os.Readlink(link); err == nil && !strings.Contains(t, "/") {
+		_ = os.Remove(filepath.Join(hostsDir, t))
+	}
+	_ = os.Remove(link)
+}
+
+// SweepNetworks removes the wiring left by containers that are gone (a
+// backend that crashed between creating a sandbox and removing it, or a
+// sandbox another backend removed): namespaces, leases, and hosts files no
+// container mounts (older than a minute: a file is made just before its
+// container). It reports how many it removed.
+func (d *Docker) SweepNetworks(ctx context.Context) (int, error) {
+	if d.own == nil {
+		return 0, nil
+	}
+	hostsEnts, _ := os.ReadDir(hostsDir)
+	var live, mounted map[string]bool
+	n, err := d.own.sweep(func() (map[string]bool, error) {
+		cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{All: true})
+		if err != nil {
+			return nil, d.engineErr("list containers", err)
+		}
+		live = make(map[string]bool, len(cs))
+		mounted = map[string]bool{}
+		for _, c := range cs {
+			live[c.ID] = true
+			for _, m := range c.Mounts {
+				mounted[m.Source] = true
+			}
+		}
+		return live, nil
+	})
+	if err != nil || live == nil {
+		return n, err
+	}
+	for _, e := range hostsEnts {
+		name := e.Name()
+		p := filepath.Join(hostsDir, name)
+		if !strings.HasPrefix(name, "hosts-") {
+			if !live[name] { // the link of a container that is gone
+				removeHosts(name)
+				n++
+			}
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || mounted[p] || time.Since(info.ModTime()) < time.Minute {
+			continue
+		}
+		if os.Remove(p) == nil {
+			n++
+		}
+	}
+	return n, nil
+}
