@@ -106,13 +106,22 @@ func run(ctx context.Context, req Request) Response {
 	}
 	cmd := &exec.Cmd{Path: path, Args: req.Argv, Dir: req.Dir, Env: append(os.Environ(), req.Env...)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background process (`server &`) may keep running after the
-	// command returns, as with an engine exec; it must not hold the answer
-	// back by keeping the output pipes open.
+	// Only the stdin copy is exec's: a background process that keeps
+	// stdin open without reading must not hold the answer back.
 	cmd.WaitDelay = 250 * time.Millisecond
 	stdout := &capped{max: req.MaxOutput}
 	stderr := &capped{max: req.MaxOutput}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// The output pipes are ours (see drain), not exec's: exec closes its
+	// pipes WaitDelay after the exit, and on a host busy enough that the
+	// copying goroutine was not scheduled by then, what the command wrote
+	// before it exited was lost (an "echo" answered exit 0 with no output).
+	outs, err := newOutputs(stdout, stderr)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	defer outs.close()
+	cmd.Stdout, cmd.Stderr = outs.w[0], outs.w[1]
 	if req.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
 	}
@@ -122,6 +131,7 @@ func run(ctx context.Context, req Request) Response {
 		return res
 	}
 	defer unregister(cmd.Process.Pid)
+	outs.started()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var timeout <-chan time.Time
@@ -141,6 +151,7 @@ func run(ctx context.Context, req Request) Response {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		werr = <-done
 	}
+	outs.drain()
 	res.DurationUs = time.Since(start).Microseconds()
 	res.Stdout, res.StdoutTruncated = stdout.buf.Bytes(), stdout.dropped
 	res.Stderr, res.StderrTruncated = stderr.buf.Bytes(), stderr.dropped

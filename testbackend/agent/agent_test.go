@@ -65,3 +65,23 @@ func TestRun(t *testing.T) {
 		t.Fatalf("missing program: %+v", res)
 	}
 }
+
+// TestOutputOfALateReader: what a command wrote before it exited is in its
+// answer even when the readers of its output get the CPU long after the
+// exit (a host busy with other sandboxes); exec's own pipes, closed 250 ms
+// after the exit, lost it. A background process that keeps the pipes open
+// still does not hold the answer back.
+func TestOutputOfALateReader(t *testing.T) {
+	readerDelay = 800 * time.Millisecond
+	t.Cleanup(func() { readerDelay = 0 })
+	call := session(t)
+	res := call(Request{ID: 1, Argv: []string{"sh", "-c", "echo out; echo err >&2"}, MaxOutput: 1 << 20})
+	if res.ExitCode == nil || *res.ExitCode != 0 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+		t.Fatalf("late reader: %+v", res)
+	}
+	start := time.Now()
+	res = call(Request{ID: 2, Argv: []string{"sh", "-c", "sleep 5 & echo started"}, MaxOutput: 1 << 20})
+	if string(res.Stdout) != "started\n" || res.ExitCode == nil || *res.ExitCode != 0 || time.Since(start) > 3*time.Second {
+		t.Fatalf("late reader and a background process: %+v after %v", res, time.Since(start))
+	}
+}
