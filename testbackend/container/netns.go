@@ -203,44 +203,64 @@ func (o *ownNet) lease(id, want string) (netip.Addr, error) {
 
 // newNetns makes a network namespace with IPv6 off (as the engine does: no
 // link-local addresses) and loopback up, bind-mounted at path.
+//
+// The calling goroutine's thread enters the new namespace and then goes
+// back, and only then is it unlocked. It must not be retired instead (what
+// a goroutine that exits while locked does): a child process started with
+// a parent-death signal (terraform-exec's SIGKILL, in the provider's tests
+// that run a backend in-process) would die with the thread that forked it.
 func newNetns(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
 		return err
 	}
 	_ = f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// This thread ends in the new namespace and is never unlocked: the Go
-		// runtime retires it when the goroutine returns.
-		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("unshare: %w", err)
+	if err := inNewNetns(func() error {
+		// /proc/sys/net is the namespace of the thread that opens it.
+		for _, k := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("disable IPv6: %w", err)
 			}
-			// /proc/sys/net is the namespace of the thread that opens it.
-			for _, k := range []string{"all", "default"} {
-				if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("disable IPv6: %w", err)
-				}
+		}
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			if err := netlink.LinkSetUp(lo); err != nil {
+				return fmt.Errorf("loopback up: %w", err)
 			}
-			if lo, err := netlink.LinkByName("lo"); err == nil {
-				if err := netlink.LinkSetUp(lo); err != nil {
-					return fmt.Errorf("loopback up: %w", err)
-				}
-			}
-			src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-			if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind mount: %w", err)
-			}
-			return nil
-		}()
-	}()
-	if err := <-errc; err != nil {
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount: %w", err)
+		}
+		return nil
+	}); err != nil {
 		_ = os.Remove(path)
 		return err
 	}
 	return nil
+}
+
+// inNewNetns runs fn on this goroutine's thread in a new network namespace,
+// then puts the thread back in the namespace it had.
+func inNewNetns(fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("current network namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("unshare: %w", err)
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		// Stranded in the new namespace: the thread stays locked, and is
+		// retired when this goroutine ends, rather than serve others there.
+		return errors.Join(ferr, fmt.Errorf("back to the host network namespace: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
 
 // wire makes the veth pair: the sandbox's end in the namespace with addr and
