@@ -8,9 +8,10 @@ import (
 	"github.com/docker/docker/api/types/network"
 )
 
-// endpointFor asks for the spec's fixed address, if it has one.
+// endpointFor asks the engine for the spec's fixed address, if it has one
+// and the engine networks the sandbox (not when the backend wires it).
 func (d *Docker) endpointFor(spec Spec) *network.NetworkingConfig {
-	if spec.IPv4 == "" || d.network == NetworkNone {
+	if spec.IPv4 == "" || d.network == NetworkNone || d.own != nil {
 		return nil
 	}
 	return &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{

@@ -38,17 +38,15 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 	if err := d.useDNS(hc); err != nil {
 		return "", err
 	}
-	endpoint := d.endpointFor(spec)
 	hosts := ""
 	if d.own != nil {
 		var err error
 		if hosts, err = d.useOwnNet(cfg, hc); err != nil {
 			return "", err
 		}
-		endpoint = nil
 	}
 
-	created, err := d.cli.ContainerCreate(ctx, cfg, hc, endpoint, nil, spec.Name)
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
 	if err != nil {
 		if hosts != "" {
 			_ = os.Remove(hosts)
