@@ -8,8 +8,8 @@
 // machine). Every other call, and every other container, passes through
 // unchanged. The engine's runtime is a shell script setup writes
 // (rarecloud-runtime), which runs this program for "create" calls only and
-// runsc directly for the rest: a Go program's start costs about 7 ms of CPU
-// here, a shell's about 3.
+// runsc directly for the rest: per call, this program added 8.6-11.5 ms of
+// CPU to runsc's own here, the shell script 3.2-3.9 ms (2026-12-02).
 package main
 
 import (
