@@ -248,6 +248,21 @@ func (f *contractFake) set(id, key string, v any) {
 	f.boxes[id][key] = v
 }
 
+// age moves a sandbox's createdAt (and expiresAt with it) back by d, as if
+// it had been created that much earlier: tests that need a lifetime to be
+// over already do not count on the steps between taking time.
+func (f *contractFake) age(id string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.boxes[id]
+	for _, k := range []string{"createdAt", "expiresAt"} {
+		if v, ok := s[k].(string); ok {
+			at, _ := time.Parse(time.RFC3339, v)
+			s[k] = at.Add(-d).Format(time.RFC3339)
+		}
+	}
+}
+
 // touch moves a sandbox's idleExpiresAt, as activity does.
 func (f *contractFake) touch(id string, by time.Duration) {
 	f.mu.Lock()

@@ -179,7 +179,10 @@ func TestSandboxTimeoutInPlaceRefused(t *testing.T) {
 		Steps: []tfresource.TestStep{
 			{Config: before, Check: sandboxID(addr, &id)},
 			{
-				// The lifetime counts from created_at: 1 s is already over.
+				// The lifetime counts from created_at: the sandbox is a
+				// minute old, so 1 s is over however fast the steps run (and
+				// the 10 minutes of before are not).
+				PreConfig:   func() { f.age(id, time.Minute) },
 				Config:      fakeSandboxConfig(f, "timeout_ms = 1000"),
 				ExpectError: expectErr("Error updating sandbox", "refused the new timeout_ms", "INVALID_TIMEOUT", "counts from created_at", "The state is unchanged"),
 			},
