@@ -97,8 +97,12 @@ var (
 	realFuzzID   string
 )
 
-// fuzzTargets are the test-mode backend and the real-mode one.
-func fuzzTargets(t *testing.T) []fuzzTarget {
+// fuzzTargets are the test-mode backend and the real-mode one. The first
+// call starts both and a running sandbox in the real one, which can take
+// longer than the 10 s the fuzzing engine grants one input before it calls
+// the worker hung: every fuzz target calls it before f.Fuzz (in each worker
+// process too), so no input pays for it.
+func fuzzTargets(t testing.TB) []fuzzTarget {
 	t.Helper()
 	srv, id := fuzzServer(t)
 	mock := fuzzTarget{name: "test mode", mocked: true, id: id, send: func(_ *testing.T, req *http.Request, _ string) (*http.Response, []byte, bool) {
@@ -236,6 +240,7 @@ func FuzzCreateBody(f *testing.F) {
 	f.Add(`{}`, "key-1")
 	f.Add(`{"template":"node"}`, "key-1")
 	f.Add(`{}`, "bad\x01key")
+	fuzzTargets(f)
 	f.Fuzz(func(t *testing.T, body, key string) {
 		targets := fuzzTargets(t)
 		answers := fuzzDo(t, targets, func(fuzzTarget) (*http.Request, string) {
@@ -274,6 +279,7 @@ func FuzzExecBodies(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
+	fuzzTargets(f)
 	f.Fuzz(func(t *testing.T, body string) {
 		targets := fuzzTargets(t)
 		for _, route := range []string{"/commands", "/run_code"} {
@@ -291,6 +297,7 @@ func FuzzFilePaths(f *testing.F) {
 	} {
 		f.Add(seed, "content")
 	}
+	fuzzTargets(f)
 	f.Fuzz(func(t *testing.T, path, content string) {
 		targets := fuzzTargets(t)
 		raw, _ := json.Marshal(map[string]string{"path": path, "content": content})
@@ -341,6 +348,7 @@ func FuzzRoutes(f *testing.F) {
 		f.Add("GET", seed)
 		f.Add("POST", seed)
 	}
+	fuzzTargets(f)
 	f.Fuzz(func(t *testing.T, method, target string) {
 		// Every method string reaches the handler in process (the real
 		// backend only gets what a client can send); HEAD has no body.

@@ -41,7 +41,7 @@ var (
 
 // realBackend is one backend on the real engine shared by the package's
 // tests; tests that restart a backend start their own.
-func realBackend(t *testing.T) *client {
+func realBackend(t testing.TB) *client {
 	t.Helper()
 	sharedOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "rarecloud-api-test-") //nolint:usetesting // shared by every test, removed in TestMain
@@ -91,7 +91,7 @@ func TestMain(m *testing.M) {
 // it goes wrong.
 type client struct{ *apitest.Client }
 
-func newClient(t *testing.T, base string) *client {
+func newClient(t testing.TB, base string) *client {
 	return &client{apitest.NewClient(t, base)}
 }
 

@@ -136,7 +136,7 @@ func (r ExecResult) String() string {
 }
 
 // DecodeData asserts an ok answer and decodes its data.
-func DecodeData[T any](t *testing.T, r Response) T {
+func DecodeData[T any](t testing.TB, r Response) T {
 	t.Helper()
 	var v T
 	if !r.Env.OK {
@@ -150,7 +150,7 @@ func DecodeData[T any](t *testing.T, r Response) T {
 
 // ExpectErr asserts an error answer's status and code, and returns its
 // message.
-func ExpectErr(t *testing.T, r Response, status int, code string) string {
+func ExpectErr(t testing.TB, r Response, status int, code string) string {
 	t.Helper()
 	if r.Status != status || r.Env.OK || r.ErrCode() != code || r.Env.Error == nil {
 		t.Fatalf("want %d %s, got %v (ok=%v)", status, code, r, r.Env.OK)
@@ -160,7 +160,7 @@ func ExpectErr(t *testing.T, r Response, status int, code string) string {
 
 // Client talks to one backend for one test.
 type Client struct {
-	T    *testing.T
+	T    testing.TB
 	Base string
 	HTTP *http.Client
 	// Continue makes Do report a failed request or an answer that does not
@@ -170,7 +170,7 @@ type Client struct {
 }
 
 // NewClient is a client for the backend at base; Do fails t at once.
-func NewClient(t *testing.T, base string) *Client {
+func NewClient(t testing.TB, base string) *Client {
 	return &Client{T: t, Base: base, HTTP: &http.Client{Timeout: 3 * time.Minute}}
 }
 
