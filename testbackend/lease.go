@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 )
 
 // InstancesDir holds one lease per backend instance that uses the engine:
@@ -140,6 +141,19 @@ func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) 
 			logger.Info("reaped the containers of a backend that is gone", "instance", inst, "containers", n)
 		}
 	}
+	// The egress tables of instances that are not running and have no
+	// container left: their sets name addresses that other sandboxes may
+	// be given now, and their DNS redirect points at a forwarder that is
+	// gone. A stopped instance that still has containers keeps its table,
+	// so its sandboxes stay held until it starts again or is reaped.
+	left, err := d.OtherInstances(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	} else if n, err := reapEgressTables(ctx, left); err != nil {
+		errs = append(errs, err)
+	} else if n > 0 {
+		logger.Info("removed the egress tables of backends that are gone", "tables", n)
+	}
 	// The network wiring of containers that are gone, whoever made them.
 	if n, err := d.SweepNetworks(ctx); err != nil {
 		errs = append(errs, err)
@@ -188,4 +202,41 @@ func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []s
 		return removed, err
 	}
 	return removed, nil
+}
+
+// reapEgressTables deletes the egress table of every instance that is not
+// running (its lease is not held) and has no container in left.
+func reapEgressTables(ctx context.Context, left map[string][]string) (int, error) {
+	tables, err := egress.Tables(ctx, EgressTablePrefix)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var errs []error
+	for _, t := range tables {
+		inst := strings.TrimPrefix(t, EgressTablePrefix)
+		if len(left[inst]) > 0 || leaseHeld(inst) {
+			continue
+		}
+		if err := egress.DeleteTable(ctx, t); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	return removed, errors.Join(errs...)
+}
+
+// leaseHeld reports whether a backend runs on instance's lease now.
+func leaseHeld(inst string) bool {
+	f, err := os.Open(filepath.Join(InstancesDir, inst+".lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +167,105 @@ func ephemeralLeftover(t *testing.T, root string) string {
 		t.Fatalf("ephemeral leftover: %d containers, want 1", n)
 	}
 	return data
+}
+
+// egressSet lists the addresses in set name of an instance's egress
+// table; ok is false when the table does not exist.
+func egressSet(t *testing.T, data, name string) (addrs []string, ok bool) {
+	t.Helper()
+	table := testbackend.EgressTablePrefix + testbackend.InstanceID(data)
+	out, err := exec.Command("nft", "list", "set", "inet", table, name).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No such file or directory") {
+			return nil, false
+		}
+		t.Fatalf("nft list set inet %s %s: %v: %s", table, name, err, out)
+	}
+	_, els, found := strings.Cut(string(out), "elements = {")
+	if !found {
+		return nil, true
+	}
+	els, _, _ = strings.Cut(els, "}")
+	for _, a := range strings.Split(els, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs, true
+}
+
+// TestDeadBackendsEgressTableIsReaped: the egress table of a backend that
+// is gone for good (killed, its data directory deleted) goes with its
+// containers once another backend starts: its sets would otherwise hold
+// the next sandbox given the same address (a DENY_ALL leftover makes that
+// sandbox's first lookup fail at once). Controls: the table holds the
+// sandbox's address before; a killed backend whose data directory stays
+// keeps its table, so its sandbox stays held until it starts again.
+func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	tokens := writeTokens(t, root)
+	withDenied := func(name string) (*process, string, string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data := filepath.Join(root, name, "data")
+		p := startProcess(t, data, tokens, "")
+		c := newClient(t, "http://"+p.addr+"/v1")
+		c.Running(tokA, map[string]any{"egressMode": "DENY_ALL"})
+		addrs, ok := egressSet(t, data, "deny")
+		if !ok || len(addrs) != 1 {
+			t.Fatalf("%s backend: egress set deny %q (table there: %v), want the sandbox's address", name, addrs, ok)
+		}
+		return p, data, addrs[0]
+	}
+	dead, deadData, deadAddr := withDenied("dead")
+	kept, keptData, _ := withDenied("kept")
+	dead.kill()
+	kept.kill()
+	if err := os.RemoveAll(deadData); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := egressSet(t, deadData, "deny"); !ok {
+		t.Fatal("the dead backend's table is gone before anything reaped it")
+	}
+
+	b, err := startBackend(filepath.Join(root, "next"), testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	eventually(t, time.Minute, func() error {
+		if n := instanceContainers(t, deadData); n != 0 {
+			return fmt.Errorf("%d containers of the dead backend left", n)
+		}
+		if addrs, ok := egressSet(t, deadData, "deny"); ok {
+			return fmt.Errorf("the dead backend's egress table outlived it, still denying %q (its sandbox had %s)", addrs, deadAddr)
+		}
+		return nil
+	})
+	if addrs, ok := egressSet(t, keptData, "deny"); !ok || len(addrs) != 1 {
+		t.Errorf("a killed backend whose data directory stays lost its egress table (set deny %q, there: %v)", addrs, ok)
+	}
+
+	// Once that one is gone for good too, a reap removes its table.
+	if err := os.RemoveAll(keptData); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := b.Runtime().(*container.Docker)
+	if !ok {
+		t.Fatalf("runtime %T", b.Runtime())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	eventually(t, time.Minute, func() error {
+		if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
+			return err
+		}
+		if _, ok := egressSet(t, keptData, "deny"); ok {
+			return fmt.Errorf("%s: egress table left after the reap", keptData)
+		}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -131,4 +132,26 @@ func DeleteTable(ctx context.Context, table string) error {
 // deleteTable removes a table whether or not it exists.
 func deleteTable(table string) string {
 	return fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", table, table)
+}
+
+// Tables lists the inet tables whose name starts with prefix. A host
+// without the nft command has none.
+func Tables(ctx context.Context, prefix string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nft", "list", "tables").Output()
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nft list tables: %w", err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "table" && f[1] == "inet" && strings.HasPrefix(f[2], prefix) {
+			names = append(names, f[2])
+		}
+	}
+	return names, nil
 }
