@@ -169,17 +169,17 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	return data
 }
 
-// egressSet lists the addresses in set name of an instance's egress
-// table; ok is false when the table does not exist.
-func egressSet(t *testing.T, data, name string) (addrs []string, ok bool) {
+// deniedBy lists the addresses in the deny set (DENY_ALL sandboxes) of an
+// instance's egress table; ok is false when the table does not exist.
+func deniedBy(t *testing.T, data string) (addrs []string, ok bool) {
 	t.Helper()
 	table := testbackend.EgressTablePrefix + testbackend.InstanceID(data)
-	out, err := exec.Command("nft", "list", "set", "inet", table, name).CombinedOutput()
+	out, err := exec.Command("nft", "list", "set", "inet", table, "deny").CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
 			return nil, false
 		}
-		t.Fatalf("nft list set inet %s %s: %v: %s", table, name, err, out)
+		t.Fatalf("nft list set inet %s deny: %v: %s", table, err, out)
 	}
 	_, els, found := strings.Cut(string(out), "elements = {")
 	if !found {
@@ -214,7 +214,7 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 		p := startProcess(t, data, tokens, "")
 		c := newClient(t, "http://"+p.addr+"/v1")
 		c.Running(tokA, map[string]any{"egressMode": "DENY_ALL"})
-		addrs, ok := egressSet(t, data, "deny")
+		addrs, ok := deniedBy(t, data)
 		if !ok || len(addrs) != 1 {
 			t.Fatalf("%s backend: egress set deny %q (table there: %v), want the sandbox's address", name, addrs, ok)
 		}
@@ -227,7 +227,7 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 	if err := os.RemoveAll(deadData); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := egressSet(t, deadData, "deny"); !ok {
+	if _, ok := deniedBy(t, deadData); !ok {
 		t.Fatal("the dead backend's table is gone before anything reaped it")
 	}
 
@@ -240,12 +240,12 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 		if n := instanceContainers(t, deadData); n != 0 {
 			return fmt.Errorf("%d containers of the dead backend left", n)
 		}
-		if addrs, ok := egressSet(t, deadData, "deny"); ok {
+		if addrs, ok := deniedBy(t, deadData); ok {
 			return fmt.Errorf("the dead backend's egress table outlived it, still denying %q (its sandbox had %s)", addrs, deadAddr)
 		}
 		return nil
 	})
-	if addrs, ok := egressSet(t, keptData, "deny"); !ok || len(addrs) != 1 {
+	if addrs, ok := deniedBy(t, keptData); !ok || len(addrs) != 1 {
 		t.Errorf("a killed backend whose data directory stays lost its egress table (set deny %q, there: %v)", addrs, ok)
 	}
 
@@ -263,7 +263,7 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 		if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
 			return err
 		}
-		if _, ok := egressSet(t, keptData, "deny"); ok {
+		if _, ok := deniedBy(t, keptData); ok {
 			return fmt.Errorf("%s: egress table left after the reap", keptData)
 		}
 		return nil
