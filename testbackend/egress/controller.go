@@ -53,6 +53,9 @@ type Config struct {
 	// container's, other backends' too).
 	Used   func(ctx context.Context) ([]netip.Addr, error)
 	Logger *slog.Logger
+	// Limits bound what one sandbox's DNS may cost (limit.go); zero
+	// fields take DefaultLimits.
+	Limits Limits
 }
 
 // Controller is one backend's egress enforcement. Its rules outlive it (a
@@ -63,6 +66,11 @@ type Controller struct {
 	blocked []netip.Prefix
 	port    int
 	dns     *forwarder
+
+	// nftMu orders every change of the kernel's table; it is taken before
+	// mu, and an answer's addresses are loaded while holding it alone, so
+	// lookups of other sandboxes (policyOf) never wait for an nft run.
+	nftMu sync.Mutex
 
 	mu       sync.Mutex
 	byID     map[string]*entry
@@ -213,6 +221,8 @@ func (c *Controller) Apply(ctx context.Context, p sandbox.EgressPolicy) error {
 	if err != nil {
 		return err
 	}
+	c.nftMu.Lock()
+	defer c.nftMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.tableUp {
@@ -283,6 +293,8 @@ func (c *Controller) removeLocked(b *strings.Builder, e *entry) {
 // Release removes a sandbox's policy and every address its answers
 // allowed, so the next holder of its address starts clean.
 func (c *Controller) Release(ctx context.Context, sandboxID string) error {
+	c.nftMu.Lock()
+	defer c.nftMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.byID[sandboxID]
@@ -321,6 +333,8 @@ func (c *Controller) Sync(ctx context.Context, ps []sandbox.EgressPolicy) error 
 		}
 		byID[e.id], byIP[e.ip] = e, e
 	}
+	c.nftMu.Lock()
+	defer c.nftMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	oldID, oldIP := c.byID, c.byIP
@@ -346,31 +360,49 @@ func (c *Controller) policyOf(ip netip.Addr) *entry {
 }
 
 // allowAnswers puts the addresses an allowed name resolved to into the
-// sandbox's set, before the answer goes back to it.
+// sandbox's set, before the answer goes back to it. An address the set
+// holds for more than half of the new TTL already is not loaded again, so
+// repeated lookups of one name cost no nft run. The run holds nftMu
+// alone: Apply, Release and Sync wait for it (the entry cannot change
+// meanwhile), other sandboxes' lookups do not.
 func (c *Controller) allowAnswers(ctx context.Context, id string, ip netip.Addr, addrs map[netip.Addr]time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
+	c.nftMu.Lock()
+	defer c.nftMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	e := c.byID[id]
 	if e == nil || e.ip != ip {
+		c.mu.Unlock()
 		return fmt.Errorf("egress: sandbox %s is gone", id)
 	}
-	var b strings.Builder
+	now := time.Now()
+	need := map[netip.Addr]time.Duration{}
 	for d, ttl := range addrs {
+		if until, ok := e.dsts[d]; !ok || until.Sub(now) < ttl/2 {
+			need[d] = ttl
+		}
+	}
+	var b strings.Builder
+	for d, ttl := range need {
 		c.allowDest(&b, ip, d, ttl)
+	}
+	c.mu.Unlock()
+	if len(need) == 0 {
+		return nil
 	}
 	if err := c.run(ctx, b.String()); err != nil {
 		return err
 	}
-	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for d, until := range e.dsts {
 		if now.After(until.Add(time.Second)) {
 			delete(e.dsts, d) // the kernel dropped it already
 		}
 	}
-	for d, ttl := range addrs {
+	for d, ttl := range need {
 		e.dsts[d] = now.Add(ttl)
 	}
 	return nil

@@ -30,11 +30,16 @@ type forwarder struct {
 	port int
 	udp  *dns.Server
 	tcp  *dns.Server
+	// lim admits each query by its source (limit.go); upstream holds a
+	// slot for every query waiting for the upstream resolver.
+	lim      *limiter
+	upstream chan struct{}
 }
 
 // startForwarder listens on the gateway, UDP and TCP on one free port.
 func startForwarder(c *Controller) (*forwarder, error) {
-	f := &forwarder{c: c}
+	lim := c.cfg.Limits.withDefaults()
+	f := &forwarder{c: c, lim: newLimiter(lim), upstream: make(chan struct{}, lim.Upstream)}
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {
 		pc, err := net.ListenPacket("udp4", net.JoinHostPort(c.cfg.Gateway.String(), "0"))
@@ -71,6 +76,25 @@ func (f *forwarder) close() error {
 }
 
 func (f *forwarder) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	src, err := netip.ParseAddrPort(w.RemoteAddr().String())
+	if err != nil {
+		_ = w.Close()
+		return
+	}
+	ok, dropped := f.lim.admit(src.Addr().Unmap())
+	if dropped > 0 {
+		f.c.cfg.Logger.Warn("egress DNS: dropping the queries of a sandbox over its limits", "addr", src.Addr(), "dropped", dropped,
+			"rate", f.lim.lim.Rate, "burst", f.lim.lim.Burst, "in_flight", f.lim.lim.InFlight)
+	}
+	if !ok {
+		// No answer: a resolver over its limits is one that lost the
+		// packet, and retries later. A TCP asker loses its connection.
+		if _, isTCP := w.RemoteAddr().(*net.TCPAddr); isTCP {
+			_ = w.Close()
+		}
+		return
+	}
+	defer f.lim.done(src.Addr().Unmap())
 	reply := f.answer(w, r)
 	if err := w.WriteMsg(reply); err != nil {
 		f.c.cfg.Logger.Debug("egress DNS: answer not sent", "err", err)
@@ -136,7 +160,16 @@ func (f *forwarder) answer(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 }
 
 // exchange asks the upstream, over TCP when the UDP answer was truncated.
+// At most Limits.Upstream queries wait for it at once; one that finds no
+// slot within its timeout is answered SERVFAIL.
 func (f *forwarder) exchange(r *dns.Msg, netw string) *dns.Msg {
+	select {
+	case f.upstream <- struct{}{}:
+		defer func() { <-f.upstream }()
+	case <-time.After(4 * time.Second):
+		f.c.cfg.Logger.Warn("egress DNS: every upstream slot is busy", "slots", cap(f.upstream))
+		return nil
+	}
 	q := r.Copy()
 	for _, n := range []string{netw, "tcp"} {
 		cl := &dns.Client{Net: n, Timeout: 4 * time.Second}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,8 @@ func startUpstream(t *testing.T) *fakeUpstream {
 			} else {
 				m.Answer = []dns.RR{rr("mixed.example.com. 30 IN AAAA 2001:db8::1")}
 			}
+		case "flood.example.com.", "victim.example.com.":
+			m.Answer = []dns.RR{rr(q.Name + " 30 IN A 198.51.100.20")}
 		default:
 			m.Rcode = dns.RcodeNameError
 		}
@@ -149,6 +152,11 @@ func TestForwarder(t *testing.T) {
 		return r
 	}
 	for _, netw := range []string{"udp", "tcp"} {
+		// A fresh policy: the set holds nothing yet, so the answer's
+		// addresses are loaded again.
+		if err := c.Apply(ctx, sandbox.EgressPolicy{SandboxID: "sbx-a", IP: "127.0.0.1", Mode: ModeAllowList, Allowlist: []string{"MIXED.example.com."}}); err != nil {
+			t.Fatal(err)
+		}
 		mu.Lock()
 		scripts = nil
 		mu.Unlock()
@@ -259,3 +267,130 @@ func TestReserveIP(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// count is how often the upstream was asked for name.
+func (u *fakeUpstream) count(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, a := range u.asked {
+		if a == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestForwarderBoundsAFlood: one sandbox sends queries for its allowed
+// name as fast as four sockets can, without waiting for answers; another
+// sandbox's lookups meanwhile are all answered, the flooder's queries
+// reach the upstream no faster than its rate (plus its burst), and its
+// repeated answers load its set once instead of once per query. The two
+// sandboxes are two loopback addresses (the forwarder knows askers by
+// their source address).
+func TestForwarderBoundsAFlood(t *testing.T) {
+	up := startUpstream(t)
+	lim := Limits{Rate: 20, Burst: 20, InFlight: 4, Upstream: 8}
+	c, err := Start(Config{
+		Table: "rarecloud_egress_unit", Bridge: "lo",
+		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+		Upstream: up.addr, Limits: lim,
+		Used: func(context.Context) ([]netip.Addr, error) { return nil, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var mu sync.Mutex
+	loads := map[string]int{}
+	c.run = func(_ context.Context, s string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, src := range []string{"127.0.0.2", "127.0.0.3"} {
+			if strings.Contains(s, "{ "+src+" . ") {
+				loads[src]++
+			}
+		}
+		return nil
+	}
+	ctx := context.Background()
+	for ip, name := range map[string]string{"127.0.0.2": "flood.example.com", "127.0.0.3": "victim.example.com"} {
+		if err := c.Apply(ctx, sandbox.EgressPolicy{SandboxID: "sbx-" + ip, IP: ip, Mode: ModeAllowList, Allowlist: []string{name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: c.Port()}
+
+	q := new(dns.Msg)
+	q.SetQuestion("flood.example.com.", dns.TypeA)
+	packet, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	var flooders sync.WaitGroup
+	start := time.Now()
+	for range 4 {
+		conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}, server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flooders.Add(1)
+		go func() {
+			defer flooders.Done()
+			defer conn.Close()
+			// Bounded in count and in time.
+			for i := 0; i < 200000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.Write(packet); err == nil {
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	// The other sandbox asks as a resolver does: a query lost in a full
+	// socket queue is asked again (glibc: attempts 2). Here nothing in
+	// the kernel drops the flood before the forwarder's socket (the
+	// table's dnsguard chain does that on the sandbox network), so the
+	// in-process flood can overflow its queue.
+	victim := &dns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)}}}
+	lost := 0
+	for range 30 {
+		m := new(dns.Msg)
+		m.SetQuestion("victim.example.com.", dns.TypeA)
+		answered := false
+		for attempt := 0; attempt < 3 && !answered; attempt++ {
+			r, _, err := victim.Exchange(m, server.String())
+			answered = err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1
+		}
+		if !answered {
+			lost++
+		}
+	}
+	close(stop)
+	flooders.Wait()
+	elapsed := time.Since(start)
+
+	if lost > 0 {
+		t.Errorf("%d of 30 lookups of the other sandbox were lost during the flood", lost)
+	}
+	if sent.Load() < 1000 {
+		t.Fatalf("the flood sent only %d queries: it proves nothing", sent.Load())
+	}
+	// Allow for the clock: what the bucket can have given out by the time
+	// the last packet was admitted, and a little more.
+	most := lim.Burst + int(lim.Rate*(elapsed.Seconds()+1))
+	if n := up.count("flood.example.com."); n > most || n == 0 {
+		t.Errorf("the flooder's %d queries reached the upstream %d times in %v, want 1 to %d (rate %v/s, burst %d)", sent.Load(), n, elapsed, most, lim.Rate, lim.Burst)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if loads["127.0.0.2"] != 1 || loads["127.0.0.3"] != 1 {
+		t.Errorf("answers loaded into the sets %v times, want once per sandbox (the same address with time to live left)", loads)
+	}
+}

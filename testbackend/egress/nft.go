@@ -41,6 +41,12 @@ func (c *Controller) ruleset(deny, listed []netip.Addr) string {
 	fmt.Fprintf(&b, "  set deny { type ipv4_addr; %s}\n", elements(deny))
 	fmt.Fprintf(&b, "  set listed { type ipv4_addr; %s}\n", elements(listed))
 	b.WriteString("  set allowed { type ipv4_addr . ipv4_addr; flags timeout; }\n")
+	// The kernel's guard for the forwarder's one socket: a restricted
+	// sandbox's DNS packets past twice its forwarder rate (and burst) are
+	// dropped before they reach the socket, whose queue a flood would
+	// otherwise fill for every other sandbox. The forwarder's own limiter
+	// (limit.go) is the exact bound below it.
+	b.WriteString("  set dnsrate { type ipv4_addr; flags dynamic,timeout; timeout 1m; size 1024; }\n")
 	b.WriteString("  chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject with icmpx type admin-prohibited\n  }\n")
 	br := quote(c.cfg.Bridge)
 	fmt.Fprintf(&b, "  chain input {\n    type filter hook input priority -10; policy accept;\n")
@@ -49,6 +55,13 @@ func (c *Controller) ruleset(deny, listed []netip.Addr) string {
 	fmt.Fprintf(&b, "  chain forward {\n    type filter hook forward priority -10; policy accept;\n")
 	fmt.Fprintf(&b, "    iifname %s ip saddr @deny ct state != { established, related } jump refuse\n", br)
 	fmt.Fprintf(&b, "    iifname %s ip saddr @listed ct state != { established, related } ip saddr . ip daddr != @allowed jump refuse\n  }\n", br)
+	lim := c.cfg.Limits.withDefaults()
+	fmt.Fprintf(&b, "  chain dnsguard {\n    type filter hook prerouting priority -120; policy accept;\n")
+	for _, set := range []string{"listed", "deny"} {
+		fmt.Fprintf(&b, "    iifname %s ip saddr @%s ip daddr %s udp dport 53 update @dnsrate { ip saddr limit rate over %d/second burst %d packets } drop\n",
+			br, set, c.cfg.Gateway, int(2*lim.Rate), 2*lim.Burst)
+	}
+	b.WriteString("  }\n")
 	fmt.Fprintf(&b, "  chain dns {\n    type nat hook prerouting priority -110; policy accept;\n")
 	for _, proto := range []string{"udp", "tcp"} {
 		fmt.Fprintf(&b, "    iifname %s ip saddr @listed ip daddr %s %s dport 53 dnat ip to %s:%d\n", br, c.cfg.Gateway, proto, c.cfg.Gateway, c.port)
