@@ -21,7 +21,8 @@ provider "rarecloud" {
   }
 }
 
-# A sandbox that waits for code: run it with the API or the CLI.
+# A sandbox that waits for code: run it with a rarecloud_sandbox_command
+# resource, or with curl against the API (POST .../sandboxes/<id>/run_code).
 resource "rarecloud_sandbox" "dev" {
   template   = "python"
   timeout_ms = 600000 # 10 minutes
@@ -50,7 +51,7 @@ variable "job_code" {
 }
 
 output "sandbox_id" {
-  description = "Run code in it: rarecloud sandbox run <id> --code 'print(2 + 2)'"
+  description = "Run code in it: a rarecloud_sandbox_command resource with this sandbox_id, or curl against the API: POST $RARECLOUD_API/sandboxes/<id>/run_code with the bearer token RARECLOUD_TOKEN (README: Try it locally)"
   value       = rarecloud_sandbox.dev.id
 }
 
