@@ -379,6 +379,9 @@ func (m *Manager) started(id, cid string, startErr error) {
 func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message, logs string) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb.Status = status
+	// An ended sandbox never starts again: whatever became of its start,
+	// the env values (secrets among them) leave the record now.
+	sb.Env = nil
 	sb.ExitCode = exitCode
 	sb.EndedAt = &now
 	sb.TerminationReason = reason

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -234,3 +236,64 @@ func TestExpiryAndRetentionInTestMode(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// failingStart is a runtime whose every container start fails (not
+// because the engine is away: the start itself is refused).
+type failingStart struct{ gateRuntime }
+
+func (*failingStart) EnsureImage(context.Context, string) error { return nil }
+func (*failingStart) Start(context.Context, container.Spec) (string, error) {
+	return "", errors.New("the runtime refused the container")
+}
+
+// TestEnvValuesLeaveAFailedStart: a sandbox whose start fails ends
+// start_failed, and its env values leave the record at once, as they do
+// after a start that succeeds; the names stay.
+func TestEnvValuesLeaveAFailedStart(t *testing.T) {
+	dir := t.TempDir()
+	m := newManager(t, &failingStart{}, ModeReal, dir)
+	const secret = "env-secret-of-a-failed-start"
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: "example/fails:1", Env: map[string]string{"API_SECRET": secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := m.WaitStatus(ctx, "acct", res.Sandbox.ID, []string{StatusTerminated})
+	if err != nil || v.TerminationReason != ReasonStartFailed {
+		t.Fatalf("after the failed start: %+v %v", v, err)
+	}
+	// Records are written behind the answer: wait until the terminated
+	// one is on disk.
+	record := filepath.Join(dir, "sandboxes", res.Sandbox.ID+".json")
+	for {
+		data, err := os.ReadFile(record)
+		if err == nil && strings.Contains(string(data), `"status":"terminated"`) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the terminated record never reached the disk: %s %v", data, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var holding []string
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err == nil && strings.Contains(string(data), secret) {
+			holding = append(holding, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(holding) != 0 {
+		t.Errorf("the env value is still at rest after the start failed: %v", holding)
+	}
+	if len(v.EnvKeys) != 1 || v.EnvKeys[0] != "API_SECRET" {
+		t.Errorf("envKeys: %v", v.EnvKeys)
+	}
+}

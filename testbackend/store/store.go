@@ -98,14 +98,57 @@ const (
 	idempotencyDir = "idempotency"
 )
 
-// Open creates the directory layout if needed.
+// Open creates the directory layout if needed, and removes the temporary
+// files of writes a crash cut short: they are never read, and may hold a
+// record's env values.
 func Open(dir string) (*Store, error) {
 	for _, sub := range []string{sandboxDir, idempotencyDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+		d := filepath.Join(dir, sub)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		if err := removeLeftovers(d); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
 	return &Store{dir: dir}, nil
+}
+
+// tmpPrefix starts the name of a record being written (writeAtomic).
+const tmpPrefix = ".tmp-"
+
+// removeLeftovers removes dir's temporary files.
+func removeLeftovers(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) && e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			removed = true
+		}
+	}
+	if removed {
+		return syncDir(dir)
+	}
+	return nil
+}
+
+// syncDir makes the renames and unlinks in dir durable: a rename or an
+// unlink is in the directory, not in the file, and until the directory is
+// synced a crash may undo it (an acknowledged delete resurrected, or a
+// new record lost).
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Dir is the store's root directory.
@@ -191,7 +234,7 @@ func WriteFileAtomic(path string, data []byte) error {
 
 // writeAtomic is WriteFileAtomic with the test hook run before the sync.
 func writeAtomic(path string, data []byte, beforeSync *func(path string)) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -213,12 +256,21 @@ func writeAtomic(path string, data []byte, beforeSync *func(path string)) error 
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("store: rename %s: %w", filepath.Base(path), err)
 	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("store: sync the directory of %s: %w", filepath.Base(path), err)
+	}
 	return nil
 }
 
 func removeFile(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
 		return fmt.Errorf("store: %w", err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("store: sync the directory of %s: %w", filepath.Base(path), err)
 	}
 	return nil
 }

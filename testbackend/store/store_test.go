@@ -103,3 +103,72 @@ func TestIdempotencyKeysAreHashedIntoFileNames(t *testing.T) {
 		t.Fatalf("after delete: %+v", got)
 	}
 }
+
+// TestOpenRemovesLeftoverTemporaryFiles: a write cut short by a crash
+// leaves a .tmp- file that may hold env values; the next Open removes it
+// and keeps every record.
+func TestOpenRemovesLeftoverTemporaryFiles(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSandbox(&Sandbox{ID: "sbx-kept", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	var leftovers []string
+	for _, sub := range []string{sandboxDir, idempotencyDir} {
+		p := filepath.Join(dir, sub, tmpPrefix+"123456")
+		if err := os.WriteFile(p, []byte(`{"env":{"K":"secret-value"}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		leftovers = append(leftovers, p)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range leftovers {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived Open (%v)", p, err)
+		}
+	}
+	if got, err := s.Sandboxes(); err != nil || len(got) != 1 || got[0].ID != "sbx-kept" {
+		t.Fatalf("records after Open: %v %v", got, err)
+	}
+}
+
+// TestRenamesAndUnlinksAreSynced: every write and every delete syncs the
+// record's directory after its rename or unlink (a crash may undo either
+// until then); a delete of a missing record syncs nothing.
+func TestRenamesAndUnlinksAreSynced(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var synced []string
+	orig := syncDir
+	t.Cleanup(func() { syncDir = orig })
+	syncDir = func(dir string) error {
+		synced = append(synced, filepath.Base(dir))
+		return orig(dir)
+	}
+	if err := s.PutSandbox(&Sandbox{ID: "sbx-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutIdempotency(&Idempotency{Account: "acct", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox("sbx-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox("sbx-missing"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteIdempotency("acct", "k"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{sandboxDir, idempotencyDir, sandboxDir, idempotencyDir}
+	if strings.Join(synced, " ") != strings.Join(want, " ") {
+		t.Fatalf("directories synced: %v, want %v", synced, want)
+	}
+}
