@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=v2.15.0
 bin=$(go env GOPATH)/bin/golangci-lint
-if ! "$bin" version 2>/dev/null | grep -q "version ${version#v} "; then
+# The output is read whole before it is matched (grep -q stops at the
+# match; under pipefail the tool's SIGPIPE would mean a reinstall).
+have=$("$bin" version 2>/dev/null || true)
+if ! grep -q "version ${version#v} " <<<"$have"; then
 	echo "lint: installing golangci-lint $version" >&2
 	go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version"
 fi

@@ -774,7 +774,12 @@ RC_TOFU_BUILD=$RC_PREFIX/.tofu-build
 
 tofu_ok() {
 	# (A missing CLI configuration file makes it print a warning first.)
-	[[ -x $RC_TOFU ]] && CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null | grep -qx "OpenTofu v$RC_TOFU_VERSION"
+	# The output is read whole before it is matched: grep -q stops reading
+	# at the match, and under pipefail the CLI's SIGPIPE would fail the
+	# check and rebuild OpenTofu.
+	local out
+	[[ -x $RC_TOFU ]] && out=$(CHECKPOINT_DISABLE=1 "$RC_TOFU" version 2>/dev/null) &&
+		grep -qx "OpenTofu v$RC_TOFU_VERSION" <<<"$out"
 }
 
 # tofu_building reports whether our background build runs (its pid, with

@@ -97,7 +97,7 @@ if ((purge)); then
 	# under the exec root after its last sandbox: unmount those.
 	findmnt -rn -o TARGET,FSTYPE | awk -v r="$RC_EXEC_ROOT/" 'index($1, r) == 1 && $2 == "nsfs" {print $1}' |
 		while read -r m; do umount "$m" || umount -l "$m" || true; done
-	if findmnt -rn -o TARGET | grep -q -e "^$RC_DATA_ROOT" -e "^$RC_EXEC_ROOT"; then
+	if grep -q -e "^$RC_DATA_ROOT" -e "^$RC_EXEC_ROOT" <<<"$(findmnt -rn -o TARGET)"; then
 		die "mounts remain under $RC_DATA_ROOT or $RC_EXEC_ROOT; not deleting (check findmnt)"
 	fi
 	rm -rf "$RC_DATA_ROOT" "$RC_EXEC_ROOT" "$RC_RUN" "$RC_DATA/build"

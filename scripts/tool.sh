@@ -22,7 +22,10 @@ actionlint) module=github.com/rhysd/actionlint pkg=github.com/rhysd/actionlint/c
 esac
 
 bin=$(go env GOPATH)/bin/$name
-if ! go version -m "$bin" 2>/dev/null | grep -qP "^\tmod\t\Q$module\E\t\Q$version\E\t"; then
+# Read whole, then matched: under pipefail, grep -q stopping at the match
+# could fail the check with go's SIGPIPE and reinstall the tool.
+info=$(go version -m "$bin" 2>/dev/null || true)
+if ! grep -qP "^\tmod\t\Q$module\E\t\Q$version\E\t" <<<"$info"; then
 	echo "$name: installing $pkg@$version" >&2
 	GOFLAGS=-buildvcs=false go install "$pkg@$version"
 fi
