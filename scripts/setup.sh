@@ -459,22 +459,14 @@ ensure_network() {
 			die "net.bridge.bridge-nf-call-iptables is not 1 and cannot be set (br_netfilter)"
 	fi
 
-	local json
-	json=$(
-		printf '{\n  "network": "%s",\n  "bridge": "%s",\n  "subnet": "%s",\n  "gateway": "%s",\n  "ipam_range": "%s",\n  "netns": true,\n  "dns": "%s",\n  "mtu": %s,\n  "blocked": [' \
-			"$RC_NET_NAME" "$RC_NET_BRIDGE" "$RC_NET_SUBNET" "$RC_NET_GATEWAY" "$RC_NET_IPAM_RANGE" "$RC_DNS" "$mtu"
-		local first=1 r
-		for r in "${FW_RANGES[@]}"; do
-			((first)) || printf ', '
-			printf '"%s"' "$r"
-			first=0
-		done
-		printf '],\n  "engine": "%s"\n}\n' "$RC_DOCKER_HOST"
-	)
-	if [[ ! -f $RC_NETWORK_JSON || $(<"$RC_NETWORK_JSON") != "$json" ]]; then
-		printf '%s\n' "$json" >"$RC_NETWORK_JSON.tmp"
-		mv -f "$RC_NETWORK_JSON.tmp" "$RC_NETWORK_JSON"
-	fi
+	# The description every part of the backend reads (testbackend/hostnet),
+	# written through that type.
+	local blocked
+	blocked=$(IFS=,; printf '%s' "${FW_RANGES[*]}")
+	(cd "$repo" && go run ./testbackend/cmd/rarecloud-netfile -out "$RC_NETWORK_JSON" \
+		-network "$RC_NET_NAME" -bridge "$RC_NET_BRIDGE" -subnet "$RC_NET_SUBNET" -gateway "$RC_NET_GATEWAY" \
+		-ipam-range "$RC_NET_IPAM_RANGE" -netns -dns "$RC_DNS" -mtu "$mtu" -blocked "$blocked" \
+		-engine "$RC_DOCKER_HOST") >/dev/null || die "writing $RC_NETWORK_JSON (go run ./testbackend/cmd/rarecloud-netfile) failed"
 	local fwmsg="firewall ok"
 	((fw_added == 0)) || fwmsg="firewall +$fw_added rules"
 	log "network $RC_NET_NAME $action (mtu $mtu), $fwmsg"

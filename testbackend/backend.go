@@ -25,6 +25,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		poolSize = 0 // nothing to warm: its containers start at once
 	case sandbox.ModeReal:
-		if err := checkFirewall(ctx, cfg.Network); err != nil {
+		if err := hostnet.CheckFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
 		b.rt, err = container.NewDocker(container.DockerOptions{

@@ -2,19 +2,16 @@ package testbackend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -28,16 +25,6 @@ const (
 // EgressTablePrefix starts the name of every backend's nftables table; the
 // rest is the instance id.
 const EgressTablePrefix = "rarecloud_egress_"
-
-// egressNetwork is the part of NetworkFile egress control needs.
-type egressNetwork struct {
-	Network string   `json:"network"`
-	Bridge  string   `json:"bridge"`
-	Subnet  string   `json:"subnet"`
-	Gateway string   `json:"gateway"`
-	DNS     string   `json:"dns"`
-	Blocked []string `json:"blocked"`
-}
 
 // startEgress starts egress control as cfg.EgressControl asks. With
 // "auto" a machine that cannot enforce it gives a backend without it (and
@@ -81,13 +68,12 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, errors.New("the nft command is missing: run `make setup` (it installs nftables)")
 	}
-	data, err := os.ReadFile(NetworkFile)
+	n, ok, err := hostnet.Load(hostnet.File)
 	if err != nil {
-		return nil, fmt.Errorf("the sandbox network is not set up (%v): run `make setup`", err)
+		return nil, err
 	}
-	var n egressNetwork
-	if err := json.Unmarshal(data, &n); err != nil {
-		return nil, fmt.Errorf("%s: %w", NetworkFile, err)
+	if !ok {
+		return nil, fmt.Errorf("the sandbox network is not set up (%s is missing): run `make setup`", hostnet.File)
 	}
 	if cfg.Network != "" && cfg.Network != n.Network {
 		return nil, fmt.Errorf("sandboxes are on network %s, not on %s that make setup made", cfg.Network, n.Network)
@@ -95,9 +81,9 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 	subnet, err1 := netip.ParsePrefix(n.Subnet)
 	gw, err2 := netip.ParseAddr(n.Gateway)
 	if err := errors.Join(err1, err2); err != nil || n.Bridge == "" {
-		return nil, fmt.Errorf("%s lacks bridge, subnet or gateway: run `make setup`", NetworkFile)
+		return nil, fmt.Errorf("%s lacks bridge, subnet or gateway: run `make setup`", hostnet.File)
 	}
-	if err := checkEgressAccept(n.Bridge, n.Gateway); err != nil {
+	if err := hostnet.CheckEgressAccept(context.Background(), n.Bridge, n.Gateway); err != nil {
 		return nil, err
 	}
 	var blocked []netip.Prefix
@@ -109,7 +95,7 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 	upstream := cfg.EgressDNSUpstream
 	if upstream == "" {
 		if n.DNS == "" {
-			return nil, fmt.Errorf("%s names no DNS forwarder to resolve allowed names with: run `make setup`", NetworkFile)
+			return nil, fmt.Errorf("%s names no DNS forwarder to resolve allowed names with: run `make setup`", hostnet.File)
 		}
 		upstream = net.JoinHostPort(n.DNS, "53")
 	}
@@ -126,35 +112,6 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 		},
 		Logger: cfg.Logger,
 	})
-}
-
-// checkEgressAccept looks for setup's INPUT rule that admits traffic
-// redirected (DNAT) from the gateway to the gateway ahead of the bridge's
-// reject: without it restricted sandboxes could resolve nothing.
-func checkEgressAccept(bridge, gateway string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "iptables", "-S", "INPUT").Output()
-	if err != nil {
-		return fmt.Errorf("cannot read the INPUT rules (iptables -S INPUT: %v)", err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if isEgressAccept(line, gateway) {
-			return nil
-		}
-		if strings.Contains(line+" ", " -i "+bridge+" ") && (strings.Contains(line, " -j REJECT") || strings.Contains(line, " -j DROP")) {
-			break
-		}
-	}
-	return fmt.Errorf("INPUT has no accept for DNS redirected to %s ahead of the reject of %s: run `make setup`", gateway, bridge)
-}
-
-// isEgressAccept recognises that rule in iptables -S form.
-func isEgressAccept(line, gateway string) bool {
-	f := strings.Fields(line)
-	return slices.Contains(f, "-A") && strings.Contains(line, " -d "+gateway+"/32 ") && strings.Contains(line, " --ctstate DNAT ") &&
-		(strings.Contains(line, " --ctorigdst "+gateway+" ") || strings.Contains(line, " --ctorigdst "+gateway+"/32 ")) &&
-		!strings.Contains(line, " -i ") && f[len(f)-1] == "ACCEPT" && f[len(f)-2] == "-j"
 }
 
 // egressEnforcer is what the sandbox manager gets: the controller, or a

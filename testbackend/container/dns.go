@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,8 @@ import (
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 )
 
 // Name resolution inside sandboxes.
@@ -34,7 +35,7 @@ const resolvConfTarget = "/etc/resolv.conf"
 var (
 	// networkFile is where make setup describes the sandbox network it
 	// made, with the address of its DNS forwarder.
-	networkFile = "/etc/rarecloud/network.json"
+	networkFile = hostnet.File
 	// resolvDirs are the host directories for the generated resolv.conf
 	// files, the first usable one: in make setup's run directory (when it
 	// exists and we are root), else a private one in the temporary
@@ -45,34 +46,13 @@ var (
 	}
 )
 
-// setupNetwork is the part of networkFile the runtime reads.
-type setupNetwork struct {
-	Network string `json:"network"`
-	DNS     string `json:"dns"`
-	// The rest describes the bridge for wiring sandboxes without the
-	// engine (netns.go); Netns says setup installed the runtime wrapper.
-	Bridge    string `json:"bridge"`
-	Subnet    string `json:"subnet"`
-	Gateway   string `json:"gateway"`
-	MTU       int    `json:"mtu"`
-	IPAMRange string `json:"ipam_range"`
-	Netns     bool   `json:"netns"`
-	Engine    string `json:"engine"` // the engine setup started, which runs the wrapper
-}
-
 // readSetupNetwork reads networkFile; ok is false when there is none.
-func readSetupNetwork() (n setupNetwork, ok bool, err error) {
-	data, err := os.ReadFile(networkFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return n, false, nil
-	}
+func readSetupNetwork() (n hostnet.Network, ok bool, err error) {
+	n, ok, err = hostnet.Load(networkFile)
 	if err != nil {
 		return n, false, fmt.Errorf("runtime: %w", err)
 	}
-	if err := json.Unmarshal(data, &n); err != nil {
-		return n, false, fmt.Errorf("runtime: %s: %w", networkFile, err)
-	}
-	return n, true, nil
+	return n, ok, nil
 }
 
 // sandboxDNS decides the name servers of sandboxes on network: the

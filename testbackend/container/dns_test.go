@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 )
 
 // The forwarder that make setup runs answers this name itself (dnsmasq
@@ -152,7 +154,7 @@ func setupNetworkDNS(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("%v: run `make setup`", err)
 	}
-	var n setupNetwork
+	var n hostnet.Network
 	if err := json.Unmarshal(data, &n); err != nil {
 		t.Fatal(err)
 	}

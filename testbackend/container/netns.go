@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
@@ -78,7 +79,7 @@ func ownNetFor(network, host string) (*ownNet, error) {
 // ownNetFrom reads the wiring parameters from setup's network description;
 // nil when setup did not install the wrapper (sandboxes then use the engine's
 // network).
-func ownNetFrom(n setupNetwork) (*ownNet, error) {
+func ownNetFrom(n hostnet.Network) (*ownNet, error) {
 	if !n.Netns {
 		return nil, nil
 	}

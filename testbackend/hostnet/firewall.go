@@ -1,66 +1,91 @@
-package testbackend
+package hostnet
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
 )
 
-// NetworkFile is where make setup describes the sandbox network it made.
-const NetworkFile = "/etc/rarecloud/network.json"
-
-// sandboxNetwork is what setup wrote to NetworkFile.
-type sandboxNetwork struct {
-	Network string   `json:"network"`
-	Bridge  string   `json:"bridge"`
-	DNS     string   `json:"dns"` // the sandboxes' DNS forwarder on the gateway
-	Blocked []string `json:"blocked"`
+// iptables is one chain's rules as iptables -S prints them: the one place
+// the backend reads the host's firewall.
+func iptables(ctx context.Context, chain string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "iptables", "-S", chain).Output()
+	if err != nil {
+		return "", fmt.Errorf("iptables -S %s: %w", chain, err)
+	}
+	return string(out), nil
 }
 
-// checkFirewall refuses to put sandboxes on the setup's network when its
+// CheckEgressAccept looks for setup's INPUT rule that admits traffic
+// redirected (DNAT) from the gateway to the gateway ahead of the bridge's
+// reject: without it restricted sandboxes could resolve nothing.
+func CheckEgressAccept(ctx context.Context, bridge, gateway string) error {
+	input, err := iptables(ctx, "INPUT")
+	if err != nil {
+		return fmt.Errorf("cannot read the INPUT rules (%v)", err)
+	}
+	if !egressAcceptAhead(parseRules(input, "INPUT"), bridge, gateway) {
+		return fmt.Errorf("INPUT has no accept for DNS redirected to %s ahead of the reject of %s: run `make setup`", gateway, bridge)
+	}
+	return nil
+}
+
+// egressAcceptAhead reports whether rules hold, before the first reject or
+// drop of the bridge's traffic, an accept of any interface's traffic to
+// the gateway that a nat rule redirected there from the gateway itself.
+func egressAcceptAhead(rules []rule, bridge, gateway string) bool {
+	for _, r := range rules {
+		_, anyIface := r.opts["-i"]
+		orig := r.opts["--ctorigdst"]
+		if r.target == "ACCEPT" && !r.negated && !anyIface && r.opts["-d"] == gateway+"/32" &&
+			r.opts["--ctstate"] == "DNAT" && (orig == gateway || orig == gateway+"/32") {
+			return true
+		}
+		if r.opts["-i"] == bridge && (r.target == "REJECT" || r.target == "DROP") {
+			return false
+		}
+	}
+	return false
+}
+
+// CheckFirewall refuses to put sandboxes on the setup's network when its
 // firewall rules are missing (after a reboot, or on a machine where setup
 // never ran): without them a sandbox could reach the host and private
-// ranges. Other networks are the operator's business.
-func checkFirewall(ctx context.Context, network string) error {
+// ranges. network is the engine network sandboxes go on ("" for setup's,
+// "none" for none); other networks are the operator's business.
+func CheckFirewall(ctx context.Context, network string) error {
 	if network == "none" {
 		return nil
 	}
-	data, err := os.ReadFile(NetworkFile)
-	if errors.Is(err, os.ErrNotExist) {
-		if network == "" {
-			return fmt.Errorf("the sandbox network is not set up (%s is missing): run `make setup`, or start with --network none", NetworkFile)
-		}
-		return nil
-	}
+	n, ok, err := Load(File)
 	if err != nil {
 		return err
 	}
-	var n sandboxNetwork
-	if err := json.Unmarshal(data, &n); err != nil {
-		return fmt.Errorf("%s: %w", NetworkFile, err)
+	if !ok {
+		if network == "" {
+			return fmt.Errorf("the sandbox network is not set up (%s is missing): run `make setup`, or start with --network none", File)
+		}
+		return nil
 	}
 	if network != "" && network != n.Network {
 		return nil
 	}
 	if n.Bridge == "" || len(n.Blocked) == 0 {
-		return fmt.Errorf("%s names no bridge or no blocked ranges: run `make setup` again", NetworkFile)
+		return fmt.Errorf("%s names no bridge or no blocked ranges: run `make setup` again", File)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	input, err := exec.CommandContext(ctx, "iptables", "-S", "INPUT").Output()
+	input, err := iptables(ctx, "INPUT")
 	if err != nil {
-		return fmt.Errorf("cannot read the firewall rules of the sandbox network (iptables -S INPUT: %v): run the backend as root after `make setup`, or start with --network none", err)
+		return fmt.Errorf("cannot read the firewall rules of the sandbox network (%v): run the backend as root after `make setup`, or start with --network none", err)
 	}
-	user, err := exec.CommandContext(ctx, "iptables", "-S", "DOCKER-USER").Output()
+	user, err := iptables(ctx, "DOCKER-USER")
 	if err != nil {
-		return fmt.Errorf("cannot read the firewall rules of the sandbox network (iptables -S DOCKER-USER: %v): run `make setup`, or start with --network none", err)
+		return fmt.Errorf("cannot read the firewall rules of the sandbox network (%v): run `make setup`, or start with --network none", err)
 	}
-	missing := missingRules(n, string(input), string(user))
+	missing := missingRules(n, input, user)
 	if len(missing) > 0 {
 		return fmt.Errorf("the sandbox network %s lacks firewall rules: %s; run `make setup` to install them, or start with --network none", n.Network, strings.Join(missing, "; "))
 	}
@@ -69,7 +94,7 @@ func checkFirewall(ctx context.Context, network string) error {
 
 // missingRules lists what the INPUT and DOCKER-USER chains (iptables -S
 // output) lack for the sandbox network n to be closed.
-func missingRules(n sandboxNetwork, input, user string) []string {
+func missingRules(n Network, input, user string) []string {
 	inRules, userRules := parseRules(input, "INPUT"), parseRules(user, "DOCKER-USER")
 	var missing []string
 	block := blockAt(inRules, map[string]string{"-i": n.Bridge})

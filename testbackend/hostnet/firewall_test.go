@@ -1,7 +1,8 @@
-package testbackend
+package hostnet
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,7 @@ const (
 -A DOCKER-USER -j RETURN`
 )
 
-var testNet = sandboxNetwork{Network: "rarecloud-sandbox", Bridge: "rcsbx0", DNS: "172.30.99.1", Blocked: []string{"10.0.0.0/8", "169.254.0.0/16"}}
+var testNet = Network{Network: "rarecloud-sandbox", Bridge: "rcsbx0", DNS: "172.30.99.1", Blocked: []string{"10.0.0.0/8", "169.254.0.0/16"}}
 
 func TestMissingRulesAcceptsSetupRules(t *testing.T) {
 	if m := missingRules(testNet, goodInput, goodUser); len(m) != 0 {
@@ -77,10 +78,55 @@ func TestMissingRulesRefusesLookalikes(t *testing.T) {
 // The machine's own network, as make setup left it, passes the check; a
 // backend would refuse to start otherwise.
 func TestFirewallOfThisMachine(t *testing.T) {
-	if err := checkFirewall(context.Background(), ""); err != nil {
+	if err := CheckFirewall(context.Background(), ""); err != nil {
 		t.Fatalf("%v (run `make setup`)", err)
 	}
-	if err := checkFirewall(context.Background(), "none"); err != nil {
+	if err := CheckFirewall(context.Background(), "none"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEgressAccept: setup's accept of redirected DNS is found ahead of the
+// bridge's reject; one that comes after it, names an interface, is for
+// another address, or is missing is not.
+func TestEgressAccept(t *testing.T) {
+	const accept = "-A INPUT -d 172.30.99.1/32 -m conntrack --ctstate DNAT --ctorigdst 172.30.99.1 -m comment --comment rarecloud-sandbox -j ACCEPT"
+	const reject = "-A INPUT -i rcsbx0 -m comment --comment rarecloud-sandbox -j REJECT --reject-with icmp-port-unreachable"
+	for _, tc := range []struct {
+		name, input string
+		want        bool
+	}{
+		{"setup's rules", goodInput, true},
+		{"the /32 form of the original address", strings.Replace(goodInput, "--ctorigdst 172.30.99.1", "--ctorigdst 172.30.99.1/32", 1), true},
+		{"missing", strings.Replace(goodInput, accept, "", 1), false},
+		{"after the reject", strings.Replace(strings.Replace(goodInput, accept+"\n", "", 1), reject, reject+"\n"+accept, 1), false},
+		{"from one interface only", strings.Replace(goodInput, accept, strings.Replace(accept, "-d 172.30.99.1/32", "-d 172.30.99.1/32 -i eth0", 1), 1), false},
+		{"another original address", strings.Replace(goodInput, "--ctorigdst 172.30.99.1", "--ctorigdst 10.0.0.1", 1), false},
+		{"a drop", strings.Replace(goodInput, accept, strings.Replace(accept, "-j ACCEPT", "-j DROP", 1), 1), false},
+	} {
+		if got := egressAcceptAhead(parseRules(tc.input, "INPUT"), "rcsbx0", "172.30.99.1"); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestNetworkFileRoundTrip: what Write puts in a file, Load reads back;
+// a second Write of the same description changes nothing.
+func TestNetworkFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "network.json")
+	n := Network{Network: "rarecloud-sandbox", Bridge: "rcsbx0", Subnet: "172.30.99.0/24", Gateway: "172.30.99.1", IPAMRange: "172.30.99.0/26",
+		Netns: true, DNS: "172.30.99.1", MTU: 1400, Blocked: []string{"10.0.0.0/8"}, Engine: "unix:///run/rarecloud/docker.sock"}
+	if changed, err := n.Write(path); err != nil || !changed {
+		t.Fatalf("first write: changed %v, %v", changed, err)
+	}
+	got, ok, err := Load(path)
+	if err != nil || !ok || got.Network != n.Network || got.IPAMRange != n.IPAMRange || !got.Netns || got.MTU != 1400 || len(got.Blocked) != 1 || got.Engine != n.Engine {
+		t.Fatalf("read back %+v ok=%v err=%v", got, ok, err)
+	}
+	if changed, err := n.Write(path); err != nil || changed {
+		t.Fatalf("second write: changed %v, %v", changed, err)
+	}
+	if _, ok, err := Load(filepath.Join(t.TempDir(), "none.json")); ok || err != nil {
+		t.Fatalf("a missing file: ok=%v err=%v", ok, err)
 	}
 }
