@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 // InstancesDir holds one lease per backend instance that uses the engine:
@@ -165,7 +167,7 @@ func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) 
 
 // reapInstance removes one dead instance's containers and its lease while
 // holding the lease, so that nothing starts on that instance meanwhile.
-func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []string) (int, error) {
+func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []container.Owned) (int, error) {
 	path := filepath.Join(InstancesDir, inst+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -189,12 +191,15 @@ func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []s
 	}
 	ephemeral := len(lines) > 1 && strings.TrimSpace(lines[1]) == leaseEphemeral
 	if _, err := os.Stat(dir); !ephemeral && !errors.Is(err, os.ErrNotExist) {
-		return 0, nil // it may start again on its records
+		// It may start again on its records: its sandboxes stay. Its warm
+		// containers go (no one else can claim them, and its next start
+		// fills a new pool), but not those its records say were claimed.
+		return reapUnclaimedPool(ctx, d, inst, dir, ids)
 	}
 	removed := 0
-	for _, id := range ids {
-		if err := d.Remove(ctx, id); err != nil {
-			return removed, fmt.Errorf("reap container %s of instance %s: %w", id, inst, err)
+	for _, c := range ids {
+		if err := d.Remove(ctx, c.ID); err != nil {
+			return removed, fmt.Errorf("reap container %s of instance %s: %w", c.ID, inst, err)
 		}
 		removed++
 	}
@@ -206,7 +211,7 @@ func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []s
 
 // reapEgressTables deletes the egress table of every instance that is not
 // running (its lease is not held) and has no container in left.
-func reapEgressTables(ctx context.Context, left map[string][]string) (int, error) {
+func reapEgressTables(ctx context.Context, left map[string][]container.Owned) (int, error) {
 	tables, err := egress.Tables(ctx, EgressTablePrefix)
 	if err != nil {
 		return 0, err
@@ -239,4 +244,35 @@ func leaseHeld(inst string) bool {
 	}
 	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return false
+}
+
+// reapUnclaimedPool removes the warm containers of a stopped instance that
+// none of its sandbox records (under dir) names. It holds the instance's
+// lease meanwhile (reapInstance), so the instance cannot start and claim
+// one. Records it cannot read keep every container.
+func reapUnclaimedPool(ctx context.Context, d *container.Docker, inst, dir string, ids []container.Owned) (int, error) {
+	if !slices.ContainsFunc(ids, func(c container.Owned) bool { return c.Pool }) {
+		return 0, nil
+	}
+	records, err := store.SandboxesIn(filepath.Join(dir, "records"))
+	if err != nil {
+		return 0, nil // unreadable records: not ours to judge
+	}
+	claimed := map[string]bool{}
+	for _, sb := range records {
+		if sb.ContainerID != "" {
+			claimed[sb.ContainerID] = true
+		}
+	}
+	removed := 0
+	for _, c := range ids {
+		if !c.Pool || claimed[c.ID] {
+			continue
+		}
+		if err := d.Remove(ctx, c.ID); err != nil {
+			return removed, fmt.Errorf("reap warm container %s of instance %s: %w", c.ID, inst, err)
+		}
+		removed++
+	}
+	return removed, nil
 }

@@ -53,6 +53,12 @@ type process struct {
 // a free port, and kills it when the test ends.
 func startProcess(t *testing.T, data, tokens, addr string) *process {
 	t.Helper()
+	return startProcessArgs(t, data, tokens, addr, "--pool-size", "0")
+}
+
+// startProcessArgs is startProcess with more arguments.
+func startProcessArgs(t *testing.T, data, tokens, addr string, more ...string) *process {
+	t.Helper()
 	logPath := filepath.Join(data, "..", "backend.log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -61,7 +67,7 @@ func startProcess(t *testing.T, data, tokens, addr string) *process {
 	p, err := backendproc.Start(backendproc.Options{
 		Binary:        backendBinary(t),
 		Addr:          addr,
-		Args:          []string{"--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", "0"},
+		Args:          append([]string{"--data", data, "--tokens", tokens, "--pull", "never"}, more...),
 		Log:           log,
 		ListenTimeout: time.Minute,
 	})

@@ -243,6 +243,13 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 		if addrs, ok := deniedBy(t, deadData); ok {
 			return fmt.Errorf("the dead backend's egress table outlived it, still denying %q (its sandbox had %s)", addrs, deadAddr)
 		}
+		// Its address lease went with its container (a lease names the
+		// container it is for; another sandbox may hold the address now).
+		if holder, err := os.Readlink(filepath.Join("/run/rarecloud/addr", deadAddr)); err == nil {
+			if _, err := os.Stat(filepath.Join("/run/rarecloud/netns", holder)); err != nil {
+				return fmt.Errorf("the dead backend's sandbox address %s is still leased to %s, whose namespace is gone", deadAddr, holder)
+			}
+		}
 		return nil
 	})
 	if addrs, ok := deniedBy(t, keptData); !ok || len(addrs) != 1 {
@@ -268,4 +275,57 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestStoppedBackendsWarmPoolIsReaped: a killed backend whose data
+// directory stays keeps its sandboxes (it may start again on its records),
+// but not its warm containers: no one else can claim them, and its next
+// start fills a pool of its own. The one warm container its sandbox
+// claimed is that sandbox, and stays.
+func TestStoppedBackendsWarmPoolIsReaped(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	tokens := writeTokens(t, root)
+	data := filepath.Join(root, "kept", "data")
+	if err := os.MkdirAll(filepath.Dir(data), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// One warm container per template (three); the first create claims
+	// the base one once it is ready, and the refill makes another.
+	p := startProcessArgs(t, data, tokens, "", "--pool-size", "1")
+	c := newClient(t, "http://"+p.addr+"/v1")
+	eventually(t, 2*time.Minute, func() error {
+		if n := instanceContainers(t, data); n != 3 {
+			return fmt.Errorf("%d containers, waiting for the three warm ones", n)
+		}
+		return nil
+	})
+	sb := c.Running(tokA, map[string]any{"template": "base"})
+	eventually(t, 2*time.Minute, func() error {
+		if n := instanceContainers(t, data); n != 4 {
+			return fmt.Errorf("%d containers, waiting for the sandbox and the refill", n)
+		}
+		return nil
+	})
+	p.kill()
+
+	b, err := startBackend(filepath.Join(root, "next"), testbackend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	eventually(t, time.Minute, func() error {
+		if n := instanceContainers(t, data); n != 1 {
+			return fmt.Errorf("the stopped backend has %d containers, want its sandbox %s alone", n, sb.ID)
+		}
+		return nil
+	})
+	// The one left is the sandbox: the backend starts again on its data
+	// and the sandbox still runs.
+	p2 := startProcess(t, data, tokens, "")
+	c2 := newClient(t, "http://"+p2.addr+"/v1")
+	if got := c2.Get(tokA, sb.ID); got.Status != "running" {
+		t.Fatalf("the sandbox after the reap and a restart: %+v", got)
+	}
+	c2.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
 }

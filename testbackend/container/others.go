@@ -7,10 +7,18 @@ import (
 	"github.com/docker/docker/api/types/filters"
 )
 
+// Owned is a container of another backend instance, as a reaper sees it.
+type Owned struct {
+	ID string
+	// Pool: it was started for a warm pool (it may have been claimed by a
+	// sandbox since; only that backend's records tell).
+	Pool bool
+}
+
 // OtherInstances lists the owned containers of every instance but this
 // one, by instance id: what a reaper looks at. Only containers carrying
 // LabelManaged and a LabelInstance are listed.
-func (d *Docker) OtherInstances(ctx context.Context) (map[string][]string, error) {
+func (d *Docker) OtherInstances(ctx context.Context) (map[string][]Owned, error) {
 	cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelManaged+"=true")),
@@ -18,13 +26,14 @@ func (d *Docker) OtherInstances(ctx context.Context) (map[string][]string, error
 	if err != nil {
 		return nil, d.engineErr("list containers", err)
 	}
-	out := map[string][]string{}
+	out := map[string][]Owned{}
 	for _, c := range cs {
 		inst := c.Labels[LabelInstance]
 		if inst == "" || inst == d.instance {
 			continue
 		}
-		out[inst] = append(out[inst], c.ID)
+		_, pool := c.Labels[LabelPool]
+		out[inst] = append(out[inst], Owned{ID: c.ID, Pool: pool})
 	}
 	return out, nil
 }

@@ -190,6 +190,13 @@ func (s *Store) Sandboxes() ([]*Sandbox, error) {
 	return out, err
 }
 
+// SandboxesIn reads the sandbox records of the store at dir without
+// opening it (nothing is created or removed): what a reaper reads of a
+// backend that is not running.
+func SandboxesIn(dir string) ([]*Sandbox, error) {
+	return (&Store{dir: dir}).Sandboxes()
+}
+
 // PutIdempotency writes the key's record atomically.
 func (s *Store) PutIdempotency(rec *Idempotency) error {
 	data, err := json.Marshal(rec)
