@@ -89,7 +89,21 @@ type Config struct {
 	// to it); 0 for the product's 90 s. A test knob: lower it only to test
 	// idle timeouts quickly.
 	MinIdleTimeout time.Duration
-	Logger         *slog.Logger
+	// HTTP server limits (server.go). BodyReadTimeout bounds the reading
+	// of one request, headers and body, from its first byte: a body not
+	// in by then is answered 408 REQUEST_TIMEOUT and the connection
+	// closed, however slowly the client keeps sending. It ends once the
+	// body is read, so it never cuts a long poll or a long command. 0
+	// means DefaultBodyReadTimeout (60 s).
+	BodyReadTimeout time.Duration
+	// ConnIdleTimeout closes a keep-alive connection that has sent no new
+	// request for that long; 0 means DefaultConnIdleTimeout (2 min).
+	ConnIdleTimeout time.Duration
+	// MaxConnsPerAddr bounds the open connections from one client IP
+	// address; past it a new connection is closed as soon as it is
+	// accepted. 0 means DefaultMaxConnsPerAddr (256), negative no bound.
+	MaxConnsPerAddr int
+	Logger          *slog.Logger
 }
 
 // Account holds per-account settings.
@@ -152,6 +166,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.ConnIdleTimeout <= 0 {
+		cfg.ConnIdleTimeout = DefaultConnIdleTimeout
+	}
+	if cfg.MaxConnsPerAddr == 0 {
+		cfg.MaxConnsPerAddr = DefaultMaxConnsPerAddr
 	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -236,17 +259,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
-	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax})
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax, BodyReadTimeout: cfg.BodyReadTimeout})
 	if cfg.ValidateResponses {
 		handler = validating(handler, cfg.Logger)
 	}
-	b.srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	b.srv = newServer(handler, cfg.BodyReadTimeout, cfg.ConnIdleTimeout)
+	served := limitConns(ln, cfg.MaxConnsPerAddr, cfg.Logger)
 	go func() {
 		defer close(b.done)
-		if err := b.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := b.srv.Serve(served); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cfg.Logger.Error("serve", "err", err)
 		}
 	}()

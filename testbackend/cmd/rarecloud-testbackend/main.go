@@ -49,6 +49,9 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.VCPULimit, "vcpu-limit", 64, `vCPUs the live sandboxes of one account may use together; the tokens file's "accounts":[{"account","vcpuLimit"}] overrides it per account`)
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.DurationVar(&cfg.MinIdleTimeout, "min-idle-timeout", sandbox.DefaultMinIdleTimeout, "least idleTimeoutMs (smaller values are raised to it); a test knob: the product's minimum is 90s")
+	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", testbackend.DefaultBodyReadTimeout, "how long reading one request, headers and body, may take from its first byte; a body not in by then is answered 408 REQUEST_TIMEOUT and the connection closed. It ends once the body is in, so long polls and long commands are not cut")
+	fs.DurationVar(&cfg.ConnIdleTimeout, "conn-idle-timeout", testbackend.DefaultConnIdleTimeout, "close a keep-alive connection that has sent no new request for this long")
+	fs.IntVar(&cfg.MaxConnsPerAddr, "max-conns-per-addr", testbackend.DefaultMaxConnsPerAddr, "open connections from one client IP address; past it a new connection is closed as soon as it is accepted, the earlier ones untouched (-1: no bound)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&reap, "reap", false, "remove the containers of backends that are gone for good (lease free, data directory deleted), then exit")
 	fs.Usage = func() {
