@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -98,14 +100,63 @@ const (
 	idempotencyDir = "idempotency"
 )
 
-// Open creates the directory layout if needed.
+// Open creates the directory layout if needed. None of its directories
+// may be a symbolic link (MkdirNoFollow), nor any record (readAll).
 func Open(dir string) (*Store, error) {
-	for _, sub := range []string{sandboxDir, idempotencyDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir)} {
+		if err := MkdirNoFollow(d); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
 	return &Store{dir: dir}, nil
+}
+
+// MkdirNoFollow creates the directory (0700) if it is missing and refuses
+// one that is a symbolic link or not a directory: the backend follows no
+// links in its data directory, so a link planted there can neither point
+// its records elsewhere nor show it files from elsewhere.
+func MkdirNoFollow(path string) error {
+	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%s is a symbolic link; remove it (the backend follows no links in its data directory)", path)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory; remove it", path)
+	}
+	return nil
+}
+
+// ReadFileNoFollow reads a regular file of the data directory without
+// following a symbolic link in its last component (the directories above
+// it are checked by MkdirNoFollow): a link, a FIFO or a device is refused
+// by name instead of read through.
+func ReadFileNoFollow(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO planted here must not hang the start.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link; remove it (the backend follows no links in its data directory)", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); remove it", path, fi.Mode().Type())
+	}
+	return io.ReadAll(f)
 }
 
 // Dir is the store's root directory.
@@ -236,7 +287,7 @@ func readAll(dir string, next func() any) error {
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
+		data, err := ReadFileNoFollow(filepath.Join(dir, name))
 		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}

@@ -34,8 +34,9 @@ func run(args []string) error {
 	var logLevel string
 	var reap bool
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve the API on (under /v1)")
-	fs.StringVar(&cfg.DataDir, "data", testbackend.DefaultDataDir(), "directory for records; they survive a restart")
-	fs.StringVar(&cfg.TokensFile, "tokens", "", `JSON file {"tokens":[{"token","account","scopes"}]}; without it a development token is created in DATA/dev-token`)
+	fs.StringVar(&cfg.DataDir, "data", testbackend.DefaultDataDir(), "directory for records; they survive a restart. Created 0700 if missing; else it must be this user's, writable by no one else, and not a symbolic link. Default under $XDG_CACHE_HOME or ~/.cache; without either, /var/lib/rarecloud/testbackend for root, else none (pass --data)")
+	fs.StringVar(&cfg.TokensFile, "tokens", "", `JSON file {"tokens":[{"token","account","scopes"}]}, each token listed once, readable by this user alone (chmod 600); without it a development token is created in DATA/dev-token`)
+	fs.BoolVar(&cfg.AllowSharedTokensFile, "allow-shared-tokens-file", false, "accept a --tokens file that its group or others may read or write (refused without it)")
 	fs.StringVar(&cfg.Mode, "mode", "real", "real (containers under gVisor) or test (no containers, every answer says mocked)")
 	fs.StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine address (default $DOCKER_HOST, else the engine make setup started)")
 	fs.StringVar(&cfg.Runtime, "runtime", "runsc", "OCI runtime for sandboxes")
