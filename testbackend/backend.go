@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,16 +38,26 @@ type Token struct {
 
 // Config configures a backend. Zero values take the documented defaults.
 type Config struct {
-	Listen     string        // default 127.0.0.1:8080; "127.0.0.1:0" picks a free port
-	DataDir    string        // where records live; default under the user's cache dir
-	TokensFile string        // JSON {"tokens":[...]}; ignored when Tokens is set
-	Tokens     []Token       // in-process callers pass tokens directly
-	Mode       string        // "real" (default) or "test"
-	DockerHost string        // default $DOCKER_HOST, else the engine make setup started
-	Runtime    string        // OCI runtime, default "runsc"
-	Pull       string        // "missing" (default) or "never"
-	Network    string        // Docker network for sandboxes; default the one make setup made, "none" for no network
-	Retention  time.Duration // how long exited run-mode records stay readable; default 24h
+	Listen string // default 127.0.0.1:8080; "127.0.0.1:0" picks a free port
+	// DataDir is where records live; default DefaultDataDir(). Created
+	// 0700 when missing; an existing one must be the backend user's,
+	// writable by no one else, and not a symbolic link (checkDataDir).
+	DataDir string
+	// TokensFile is JSON {"tokens":[...]}, ignored when Tokens is set:
+	// each token listed once, the file readable by the backend's user
+	// alone (mode 0600 or tighter).
+	TokensFile string
+	// AllowSharedTokensFile accepts a TokensFile that its group or others
+	// may read or write (--allow-shared-tokens-file); without it such a
+	// file is refused: anyone who can read it has every token in it.
+	AllowSharedTokensFile bool
+	Tokens                []Token       // in-process callers pass tokens directly; each token once
+	Mode                  string        // "real" (default) or "test"
+	DockerHost            string        // default $DOCKER_HOST, else the engine make setup started
+	Runtime               string        // OCI runtime, default "runsc"
+	Pull                  string        // "missing" (default) or "never"
+	Network               string        // Docker network for sandboxes; default the one make setup made, "none" for no network
+	Retention             time.Duration // how long exited run-mode records stay readable; default 24h
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
@@ -90,7 +99,21 @@ type Config struct {
 	// to it); 0 for the product's 90 s. A test knob: lower it only to test
 	// idle timeouts quickly.
 	MinIdleTimeout time.Duration
-	Logger         *slog.Logger
+	// HTTP server limits (server.go). BodyReadTimeout bounds the reading
+	// of one request, headers and body, from its first byte: a body not
+	// in by then is answered 408 REQUEST_TIMEOUT and the connection
+	// closed, however slowly the client keeps sending. It ends once the
+	// body is read, so it never cuts a long poll or a long command. 0
+	// means DefaultBodyReadTimeout (60 s).
+	BodyReadTimeout time.Duration
+	// ConnIdleTimeout closes a keep-alive connection that has sent no new
+	// request for that long; 0 means DefaultConnIdleTimeout (2 min).
+	ConnIdleTimeout time.Duration
+	// MaxConnsPerAddr bounds the open connections from one client IP
+	// address; past it a new connection is closed as soon as it is
+	// accepted. 0 means DefaultMaxConnsPerAddr (256), negative no bound.
+	MaxConnsPerAddr int
+	Logger          *slog.Logger
 }
 
 // Account holds per-account settings.
@@ -118,13 +141,24 @@ type Backend struct {
 // development token, inside the data directory.
 const DevTokenFile = "dev-token"
 
-// DefaultDataDir is the data directory when none is given.
+// geteuid is os.Geteuid; tests stand in for another user with it.
+var geteuid = os.Geteuid
+
+// DefaultDataDir is the data directory when none is given: under the
+// user's cache directory ($XDG_CACHE_HOME, else $HOME/.cache); for root
+// without either, /var/lib/rarecloud/testbackend, beside what make setup
+// keeps in /var/lib/rarecloud; for anyone else without either, none (""):
+// New then refuses to start and asks for one. It is never a fixed path
+// under /tmp, where another local user could plant a dev token, records
+// or links before the backend starts.
 func DefaultDataDir() string {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "rarecloud-testbackend")
 	}
-	return filepath.Join(dir, "rarecloud-testbackend")
+	if geteuid() == 0 {
+		return "/var/lib/rarecloud/testbackend"
+	}
+	return ""
 }
 
 // New starts a backend: it opens the store, connects to the engine,
@@ -135,6 +169,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir()
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("pass a data directory with --data (RARECLOUD_TESTBACKEND_DATA): neither HOME nor XDG_CACHE_HOME is set, so there is no cache directory to keep one in")
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = sandbox.ModeReal
@@ -154,8 +191,20 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.ConnIdleTimeout <= 0 {
+		cfg.ConnIdleTimeout = DefaultConnIdleTimeout
+	}
+	if cfg.MaxConnsPerAddr == 0 {
+		cfg.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDataDir(dataDir); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(filepath.Join(dataDir, "records"))
@@ -237,17 +286,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
-	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax})
+	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax, BodyReadTimeout: cfg.BodyReadTimeout})
 	if cfg.ValidateResponses {
 		handler = validating(handler, cfg.Logger)
 	}
-	b.srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	b.srv = newServer(handler, cfg.BodyReadTimeout, cfg.ConnIdleTimeout)
+	served := limitConns(ln, cfg.MaxConnsPerAddr, cfg.Logger)
 	go func() {
 		defer close(b.done)
-		if err := b.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := b.srv.Serve(served); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cfg.Logger.Error("serve", "err", err)
 		}
 	}()
@@ -265,27 +312,15 @@ func InstanceID(dataDir string) string {
 func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {
 	var tokens []Token
 	var accounts []Account
+	var lines []int // of the tokens file's entries, when known
 	switch {
 	case len(cfg.Tokens) > 0:
 		tokens = cfg.Tokens
 	case cfg.TokensFile != "":
-		data, err := os.ReadFile(cfg.TokensFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tokens file: %w", err)
+		var err error
+		if tokens, accounts, lines, err = readTokensFile(cfg.TokensFile, cfg.AllowSharedTokensFile); err != nil {
+			return nil, nil, err
 		}
-		var f struct {
-			Tokens   []Token   `json:"tokens"`
-			Accounts []Account `json:"accounts"`
-		}
-		dec := json.NewDecoder(strings.NewReader(string(data)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&f); err != nil {
-			return nil, nil, fmt.Errorf("tokens file %s: %w", cfg.TokensFile, err)
-		}
-		if len(f.Tokens) == 0 {
-			return nil, nil, fmt.Errorf("tokens file %s lists no tokens", cfg.TokensFile)
-		}
-		tokens, accounts = f.Tokens, f.Accounts
 	default:
 		tok, created, err := devToken(dataDir)
 		if err != nil {
@@ -295,10 +330,18 @@ func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account
 		tokens = []Token{{Token: tok, Account: "dev", Scopes: []string{api.ScopeRead, api.ScopeWrite}}}
 	}
 	out := make([]api.Token, 0, len(tokens))
+	seen := make(map[string]int, len(tokens))
 	for i, t := range tokens {
 		if t.Token == "" || t.Account == "" {
 			return nil, nil, fmt.Errorf("token %d: token and account are required", i)
 		}
+		if j, dup := seen[t.Token]; dup {
+			if cfg.TokensFile != "" && len(cfg.Tokens) == 0 {
+				return nil, nil, fmt.Errorf("tokens file %s: tokens[%d]%s repeats the token of tokens[%d]%s: give each token once (a token names one account)", cfg.TokensFile, i, atLine(lines, i), j, atLine(lines, j))
+			}
+			return nil, nil, fmt.Errorf("token %d repeats token %d: give each token once (a token names one account)", i, j)
+		}
+		seen[t.Token] = i
 		for _, sc := range t.Scopes {
 			if sc != api.ScopeRead && sc != api.ScopeWrite {
 				return nil, nil, fmt.Errorf("token %d: unknown scope %q (want %s or %s)", i, sc, api.ScopeRead, api.ScopeWrite)
@@ -324,24 +367,28 @@ func accountLimits(accounts []Account) (map[string]float64, error) {
 	return out, nil
 }
 
-// devToken reads the development token, creating it on first use.
+// devToken reads the development token, creating it on first use. It is
+// read without following a link (a token planted as a link to a file of
+// someone else's is refused) and written by rename, which replaces
+// whatever is there instead of writing through it.
 func devToken(dataDir string) (string, bool, error) {
 	path := filepath.Join(dataDir, DevTokenFile)
-	if data, err := os.ReadFile(path); err == nil {
+	data, err := store.ReadFileNoFollow(path)
+	switch {
+	case err == nil:
 		if tok := strings.TrimSpace(string(data)); tok != "" {
 			return tok, false, nil
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return "", false, fmt.Errorf("development token: %w", err)
 	}
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", false, err
 	}
 	tok := "rc_pat_" + hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", false, err
-	}
-	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-		return "", false, err
+	if err := store.WriteFileAtomic(path, []byte(tok+"\n")); err != nil {
+		return "", false, fmt.Errorf("development token: %w", err)
 	}
 	return tok, true, nil
 }

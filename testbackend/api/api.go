@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ const (
 	CodeInvalidEncoding   = "INVALID_ENCODING"
 	CodeNotImplemented    = "NOT_IMPLEMENTED"
 	CodeInvalidLabelQuery = "INVALID_LABEL_FILTER"
+	// CodeRequestTimeout (408, an extension of v1): the request's body did
+	// not arrive within the server's body read timeout.
+	CodeRequestTimeout = "REQUEST_TIMEOUT"
 )
 
 // MaxBodyBytes bounds every request body. A file write of 1,000,000
@@ -58,6 +62,7 @@ var statusOf = map[string]int{
 	CodeInvalidEncoding:               http.StatusBadRequest,
 	CodeInvalidLabelQuery:             http.StatusBadRequest,
 	CodeNotImplemented:                http.StatusNotImplemented,
+	CodeRequestTimeout:                http.StatusRequestTimeout,
 	sandbox.CodeInvalidRequest:        http.StatusBadRequest,
 	sandbox.CodeUnknownTemplate:       http.StatusBadRequest,
 	sandbox.CodeInvalidTimeout:        http.StatusBadRequest,
@@ -97,6 +102,8 @@ type Server struct {
 	tokens map[string]Token
 	log    *slog.Logger
 	mocked bool
+	// bodyRead is the server's body deadline, for the 408's message.
+	bodyRead time.Duration
 
 	// admit bounds one account's concurrent requests: past the limit a
 	// request queues for a bounded time, then the API answers 429 with
@@ -118,6 +125,9 @@ type Options struct {
 	// QueueWaitMax is the longest a request waits in line in all; 0 means
 	// DefaultQueueWaitMax.
 	QueueWaitMax time.Duration
+	// BodyReadTimeout is the HTTP server's deadline for reading a request
+	// (the server enforces it; the API names it in its 408).
+	BodyReadTimeout time.Duration
 }
 
 // New builds the API over a manager.
@@ -136,6 +146,9 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 		}
 		if o.QueueWaitMax > 0 {
 			maxWait = o.QueueWaitMax
+		}
+		if o.BodyReadTimeout > 0 {
+			s.bodyRead = o.BodyReadTimeout
 		}
 	}
 	s.admit = newAdmission(maxInFlight, wait, maxWait)
@@ -347,12 +360,19 @@ func other(scope string) string {
 }
 
 // decode reads a JSON body strictly: one object, known fields, valid UTF-8.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return apiErr(sandbox.CodePayloadTooLarge, "request body is larger than %d bytes", MaxBodyBytes)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			within := "in time"
+			if s.bodyRead > 0 {
+				within = "within " + s.bodyRead.String() + " of its start"
+			}
+			return apiErr(CodeRequestTimeout, "the request body did not arrive %s; send the whole request without pauses", within)
 		}
 		return apiErr(CodeInvalidJSON, "could not read the request body: %v", err)
 	}

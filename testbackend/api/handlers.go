@@ -46,7 +46,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 	}
 	var req sandbox.CreateRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -127,7 +127,7 @@ func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFo
 // of those fields is INVALID_REQUEST, whatever is wrong with it.
 func (s *Server) update(w http.ResponseWriter, r *http.Request, c *call) {
 	var req sandbox.UpdateRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		var e *sandbox.Error
 		if errors.As(err, &e) && e.Code != sandbox.CodePayloadTooLarge {
 			err = apiErr(sandbox.CodeInvalidRequest, "%s; send a JSON object with timeoutMs, idleTimeoutMs or both", e.Message)
@@ -159,7 +159,7 @@ type runCodeRequest struct {
 
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request, c *call) {
 	var req runCodeRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -178,7 +178,7 @@ type commandRequest struct {
 
 func (s *Server) command(w http.ResponseWriter, r *http.Request, c *call) {
 	var req commandRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -197,7 +197,7 @@ type fileBody struct {
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) {
 	var req fileBody
-	if err := decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}

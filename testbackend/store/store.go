@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -100,14 +102,19 @@ const (
 
 // Open creates the directory layout if needed, and removes the temporary
 // files of writes a crash cut short: they are never read, and may hold a
-// record's env values.
+// record's env values. None of its directories may be a symbolic link
+// (MkdirNoFollow), nor any record (readAll).
 func Open(dir string) (*Store, error) {
-	for _, sub := range []string{sandboxDir, idempotencyDir} {
-		d := filepath.Join(dir, sub)
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir)} {
+		if err := MkdirNoFollow(d); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
-		if err := removeLeftovers(d); err != nil {
+	}
+	for _, sub := range []string{sandboxDir, idempotencyDir} {
+		if err := removeLeftovers(filepath.Join(dir, sub)); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
@@ -138,6 +145,27 @@ func removeLeftovers(dir string) error {
 	return nil
 }
 
+// MkdirNoFollow creates the directory (0700) if it is missing and refuses
+// one that is a symbolic link or not a directory: the backend follows no
+// links in its data directory, so a link planted there can neither point
+// its records elsewhere nor show it files from elsewhere.
+func MkdirNoFollow(path string) error {
+	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%s is a symbolic link; remove it (the backend follows no links in its data directory)", path)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory; remove it", path)
+	}
+	return nil
+}
+
 // syncDir makes the renames and unlinks in dir durable: a rename or an
 // unlink is in the directory, not in the file, and until the directory is
 // synced a crash may undo it (an acknowledged delete resurrected, or a
@@ -149,6 +177,30 @@ var syncDir = func(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// ReadFileNoFollow reads a regular file of the data directory without
+// following a symbolic link in its last component (the directories above
+// it are checked by MkdirNoFollow): a link, a FIFO or a device is refused
+// by name instead of read through.
+func ReadFileNoFollow(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO planted here must not hang the start.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link; remove it (the backend follows no links in its data directory)", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); remove it", path, fi.Mode().Type())
+	}
+	return io.ReadAll(f)
 }
 
 // Dir is the store's root directory.
@@ -295,7 +347,7 @@ func readAll(dir string, next func() any) error {
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
+		data, err := ReadFileNoFollow(filepath.Join(dir, name))
 		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -170,5 +171,58 @@ func TestRenamesAndUnlinksAreSynced(t *testing.T) {
 	want := []string{sandboxDir, idempotencyDir, sandboxDir, idempotencyDir}
 	if strings.Join(synced, " ") != strings.Join(want, " ") {
 		t.Fatalf("directories synced: %v, want %v", synced, want)
+	}
+}
+// TestRecordsAreReadWithoutFollowing: a record that is a symbolic link or
+// a FIFO is reported by name, not read through (a FIFO would hang the
+// start), and a write replaces a link instead of writing through it.
+func TestRecordsAreReadWithoutFollowing(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "outside.json")
+	if err := os.WriteFile(outside, []byte(`{"id":"sbx-out","account":"acct","status":"exited"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"a symbolic link", func(path string) error { return os.Symlink(outside, path) }, "symbolic link"},
+		{"a FIFO", func(path string) error { return syscall.Mkfifo(path, 0o600) }, "not a regular file"},
+	} {
+		dir := t.TempDir()
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, sandboxDir, "sbx-out.json")
+		if err := tc.make(path); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := s.Sandboxes(); done <- err }()
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s as a record: reading the records hangs", tc.name)
+		}
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s as a record: want an error naming %s (%s), got %v", tc.name, path, tc.want, err)
+		}
+	}
+
+	// A write over a planted link replaces the link; the file it named is untouched.
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, sandboxDir, "sbx-out.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSandbox(&Sandbox{ID: "sbx-out", Account: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(outside); err != nil || strings.Contains(string(data), "mine") {
+		t.Fatalf("the write went through the link: %s, %v", data, err)
 	}
 }

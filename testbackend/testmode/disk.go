@@ -21,7 +21,7 @@ func (r *Runtime) path(id string) string { return filepath.Join(r.dir, id+".json
 // load reads every container kept in the directory. A file that does not
 // decode is reported, not skipped: its sandbox would end as lost.
 func (r *Runtime) load() error {
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+	if err := store.MkdirNoFollow(r.dir); err != nil {
 		return fmt.Errorf("testmode: %w", err)
 	}
 	entries, err := os.ReadDir(r.dir)
@@ -33,7 +33,7 @@ func (r *Runtime) load() error {
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(r.dir, name))
+		data, err := store.ReadFileNoFollow(filepath.Join(r.dir, name))
 		if err != nil {
 			return fmt.Errorf("testmode: %w", err)
 		}
