@@ -234,6 +234,8 @@ func FuzzCreateBody(f *testing.F) {
 		`{"labels":{"a":"b","":"x"}}`, `{"env":{"A":1}}`, `{"cmd":"ls"}`, `{"entrypoint":[null]}`,
 		`{"image":"a:b@sha256:00"}`, `{"run":"yes"}`, "{\"template\":\"\xff\"}", `{"template":"base"}{}`,
 		`{"unknown":1}`, `{"labels":{"k":"` + strings.Repeat("v", 300) + `"}}`, "\x00", `{"env":{"A":"\u0000"}}`,
+		`{"timeoutMs":` + strings.Repeat("9", 33) + `}`, `{"idleTimeoutMs":-` + strings.Repeat("1", 40) + `}`,
+		`{"labels":{"k":` + strings.Repeat("1", 40) + `}}`, strings.Repeat("1", 4000),
 	} {
 		f.Add(seed, "")
 	}
