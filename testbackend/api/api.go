@@ -4,6 +4,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,16 +193,25 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	s.write(w, status, Envelope[any]{OK: false, Mocked: s.mocked, Error: &ErrorBody{Code: e.Code, Message: e.Message}})
 }
 
+// write sends every answer. The encoder does not escape <, > and & for
+// HTML (encoding/json's default turns each into six bytes, so a file of
+// them came back six times its size); what JSON itself needs escaped
+// (quotes, backslashes, control characters) still is. Answers are JSON
+// for API clients, never HTML, and Content-Type says so.
 func (s *Server) write(w http.ResponseWriter, status int, env Envelope[any]) {
-	body, err := json.Marshal(env)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(env); err != nil { // Encode ends the body with a newline
 		status = http.StatusInternalServerError
-		body = []byte(`{"ok":false,"error":{"code":"INTERNAL_ERROR","message":"could not encode the response"}}`)
+		buf.Reset()
+		buf.WriteString(`{"ok":false,"error":{"code":"INTERNAL_ERROR","message":"could not encode the response"}}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(buf.Bytes())
 }
 
 func apiErr(code, format string, args ...any) *sandbox.Error {
