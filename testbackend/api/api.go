@@ -77,6 +77,7 @@ var statusOf = map[string]int{
 	sandbox.CodeInvalidIdempotencyKey: http.StatusBadRequest,
 	sandbox.CodeLanguageNotAvailable:  http.StatusBadRequest,
 	sandbox.CodeIsADirectory:          http.StatusBadRequest,
+	sandbox.CodeFileNotRegular:        http.StatusBadRequest,
 	sandbox.CodeNotFound:              http.StatusNotFound,
 	sandbox.CodeFileNotFound:          http.StatusNotFound,
 	sandbox.CodePermissionDenied:      http.StatusForbidden,

@@ -296,6 +296,7 @@ func FuzzFilePaths(f *testing.F) {
 	for _, seed := range []string{
 		"/home/user/a.txt", "relative", "", "/home/user/../../etc/passwd", "/tmp/\x00x", "/" + strings.Repeat("a", 5000),
 		"/home/user/ü/✓", "//double//slash", "/home/user/.", "/\xff\xfe", "/home/user/x?y=z", "/home/user/%2e%2e/etc",
+		"/dev/zero", "/dev/urandom", "/dev/null", "/tmp", "/proc/self/fd/0",
 	} {
 		f.Add(seed, "content")
 	}
