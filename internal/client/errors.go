@@ -27,6 +27,7 @@ const (
 	CodeInvalidPath           = "INVALID_PATH"
 	CodePermissionDenied      = "PERMISSION_DENIED"
 	CodeIsADirectory          = "IS_A_DIRECTORY"
+	CodeFileNotRegular        = "FILE_NOT_REGULAR"
 	CodeFileTooLarge          = "FILE_TOO_LARGE"
 	CodeFileNotText           = "FILE_NOT_TEXT"
 	CodeStorageFull           = "STORAGE_FULL"

@@ -305,7 +305,7 @@ func (r *sandboxFileResource) addFileError(diags *diag.Diagnostics, summary, id,
 	case errors.As(err, &fe):
 		diags.AddError(summary, fmt.Sprintf("Sandbox %s: %s.", id, fe.Error()))
 	case client.HasCode(err, client.CodePermissionDenied), client.HasCode(err, client.CodeIsADirectory), client.HasCode(err, client.CodeInvalidPath),
-		client.HasCode(err, client.CodeStorageFull):
+		client.HasCode(err, client.CodeStorageFull), client.HasCode(err, client.CodeFileNotRegular):
 		diags.AddError(summary, apiErrorDetail(id, err)+fmt.Sprintf(". Check path %q.", p))
 	default:
 		addSandboxUseError(diags, summary, id, err)

@@ -234,6 +234,8 @@ func FuzzCreateBody(f *testing.F) {
 		`{"labels":{"a":"b","":"x"}}`, `{"env":{"A":1}}`, `{"cmd":"ls"}`, `{"entrypoint":[null]}`,
 		`{"image":"a:b@sha256:00"}`, `{"run":"yes"}`, "{\"template\":\"\xff\"}", `{"template":"base"}{}`,
 		`{"unknown":1}`, `{"labels":{"k":"` + strings.Repeat("v", 300) + `"}}`, "\x00", `{"env":{"A":"\u0000"}}`,
+		`{"timeoutMs":` + strings.Repeat("9", 33) + `}`, `{"idleTimeoutMs":-` + strings.Repeat("1", 40) + `}`,
+		`{"labels":{"k":` + strings.Repeat("1", 40) + `}}`, strings.Repeat("1", 4000),
 	} {
 		f.Add(seed, "")
 	}
@@ -294,6 +296,7 @@ func FuzzFilePaths(f *testing.F) {
 	for _, seed := range []string{
 		"/home/user/a.txt", "relative", "", "/home/user/../../etc/passwd", "/tmp/\x00x", "/" + strings.Repeat("a", 5000),
 		"/home/user/ü/✓", "//double//slash", "/home/user/.", "/\xff\xfe", "/home/user/x?y=z", "/home/user/%2e%2e/etc",
+		"/dev/zero", "/dev/urandom", "/dev/null", "/tmp", "/proc/self/fd/0",
 	} {
 		f.Add(seed, "content")
 	}

@@ -124,12 +124,13 @@ func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFo
 
 // update is PATCH /sandboxes/{id} (an extension of v1): timeoutMs and
 // idleTimeoutMs of a running sandbox. A body that is not one JSON object
-// of those fields is INVALID_REQUEST, whatever is wrong with it.
+// of those fields is INVALID_REQUEST, whatever is wrong with it; a number
+// too long to be read is a bad value of its field (INVALID_TIMEOUT).
 func (s *Server) update(w http.ResponseWriter, r *http.Request, c *call) {
 	var req sandbox.UpdateRequest
 	if err := s.decode(w, r, &req); err != nil {
 		var e *sandbox.Error
-		if errors.As(err, &e) && e.Code != sandbox.CodePayloadTooLarge {
+		if errors.As(err, &e) && e.Code != sandbox.CodePayloadTooLarge && e.Code != sandbox.CodeInvalidTimeout {
 			err = apiErr(sandbox.CodeInvalidRequest, "%s; send a JSON object with timeoutMs, idleTimeoutMs or both", e.Message)
 		}
 		s.writeErr(w, err)

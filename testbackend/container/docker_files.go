@@ -8,21 +8,29 @@ import (
 )
 
 // Scripts for files. They run as the sandbox user, so what may be written
-// is decided by the sandbox's own permissions, never by the backend.
+// is decided by the sandbox's own permissions, never by the backend. Only
+// regular files are read or written (exit 13 otherwise): a device, a FIFO
+// or a socket would hold the read until the file timeout, or take a write
+// nowhere.
 const (
 	// The content goes to a temporary file that replaces the target only
 	// when complete: a full disk never leaves half a file behind or eats
 	// the old one, and a symlink at the path is replaced, not followed.
 	writeScript = `p=$1; d=$(dirname -- "$p")
 [ -d "$p" ] && exit 11
+[ -L "$p" ] || [ ! -e "$p" ] || [ -f "$p" ] || exit 13
 mkdir -p -- "$d" || exit 10
 t="$d/.rarecloud-write.$$"
 if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
+	// What is opened is checked again through the open descriptor, so a
+	// device put at the path after the first check is refused too (only
+	// a FIFO put there in between can still hold the open).
 	readScript = `[ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
+[ -f "$1" ] || exit 13
 [ -r "$1" ] || exit 12
-cat -- "$1"`
+{ [ -f /proc/self/fd/0 ] || exit 13; exec cat; } < "$1"`
 )
 
 // fileTimeout bounds one file operation.
@@ -77,14 +85,19 @@ func fileResult(res ExecResult, write bool) error {
 		return ErrFileNotFound
 	case code == 11:
 		return ErrIsADirectory
+	case code == 13:
+		return ErrNotRegular
 	case strings.Contains(stderr, "File name too long"):
 		return ErrNameTooLong
 	case strings.Contains(stderr, "Not a directory"), strings.Contains(stderr, "File exists"):
 		return ErrParentNotDirectory
 	case strings.Contains(stderr, "No space left"):
 		return ErrNoSpace
-	case code == 10 || code == 12:
+	case code == 10 || code == 12, strings.Contains(stderr, "Permission denied"):
 		return ErrFilePermission
+	case !write && strings.Contains(stderr, "No such file"):
+		// The file went between the checks and the open.
+		return ErrFileNotFound
 	default:
 		return &FileFailure{ExitCode: code, Stderr: stderr}
 	}

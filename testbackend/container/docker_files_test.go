@@ -25,6 +25,10 @@ func TestFileResult(t *testing.T) {
 		"parent exists as a file":  {ExecResult{ExitCode: code(10), Stderr: []byte("mkdir: File exists")}, true, ErrParentNotDirectory},
 		"disk full":                {ExecResult{ExitCode: code(12), Stderr: []byte("cat: write error: No space left on device")}, true, ErrNoSpace},
 		"read: not readable":       {ExecResult{ExitCode: code(12)}, false, ErrFilePermission},
+		"read: not a regular file": {ExecResult{ExitCode: code(13)}, false, ErrNotRegular},
+		"write: not regular file":  {ExecResult{ExitCode: code(13)}, true, ErrNotRegular},
+		"read: open refused":       {ExecResult{ExitCode: code(2), Stderr: []byte("sh: 5: cannot open /tmp/x: Permission denied")}, false, ErrFilePermission},
+		"read: gone before open":   {ExecResult{ExitCode: code(2), Stderr: []byte("sh: 5: cannot open /tmp/x: No such file")}, false, ErrFileNotFound},
 	} {
 		if got := fileResult(tc.res, tc.write); !errors.Is(got, tc.want) || (tc.want == nil) != (got == nil) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)

@@ -13,6 +13,10 @@ var (
 	ErrFileNotFound = errors.New("no such file")
 	// ErrIsADirectory: the path is a directory.
 	ErrIsADirectory = errors.New("is a directory")
+	// ErrNotRegular: the path is a device, a FIFO or a socket, which a
+	// read would wait on or never finish (/dev/zero) and a write would
+	// not store.
+	ErrNotRegular = errors.New("not a regular file")
 	// ErrNameTooLong: a name in the path is longer than the file system allows.
 	ErrNameTooLong = errors.New("file name too long")
 	// ErrParentNotDirectory: a parent of the path is a file.

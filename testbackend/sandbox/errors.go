@@ -17,6 +17,7 @@ const (
 	CodeInvalidIdempotencyKey = "INVALID_IDEMPOTENCY_KEY"
 	CodeLanguageNotAvailable  = "LANGUAGE_NOT_AVAILABLE"
 	CodeIsADirectory          = "IS_A_DIRECTORY"
+	CodeFileNotRegular        = "FILE_NOT_REGULAR"
 	CodeNotFound              = "NOT_FOUND"
 	CodeFileNotFound          = "FILE_NOT_FOUND"
 	CodePermissionDenied      = "PERMISSION_DENIED"

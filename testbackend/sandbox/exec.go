@@ -198,6 +198,8 @@ func (m *Manager) fileErr(id, path string, write bool, err error) error {
 		return errorf(CodeFileNotFound, "file %s not found", path)
 	case errors.Is(err, container.ErrIsADirectory):
 		return errorf(CodeIsADirectory, "%s is a directory", path)
+	case errors.Is(err, container.ErrNotRegular):
+		return errorf(CodeFileNotRegular, "%s is not a regular file (a device, FIFO or socket); only regular files are read and written, use a command for anything else", path)
 	case errors.Is(err, container.ErrNameTooLong):
 		return errorf(CodeInvalidPath, "a name in %s is too long for the file system (at most 255 bytes per name)", path)
 	case errors.Is(err, container.ErrParentNotDirectory):

@@ -1,0 +1,100 @@
+package api_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+)
+
+// notRegularWait bounds each request of the tests below: far more than a
+// refusal takes on any machine, far less than the minute a read of a
+// device used to hold its slot before it answered 500.
+const notRegularWait = 20 * time.Second
+
+// TestFilesNotRegular: reading or writing a device, a FIFO or a socket
+// is 400 FILE_NOT_REGULAR at once, a directory 400 IS_A_DIRECTORY, in a
+// real sandbox, and the refused write leaves the file as it was; a
+// symlink to a device reads as the device and a write replaces it, and
+// regular files (through a symlink too) still read and write.
+func TestFilesNotRegular(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	id := c.Running(tokA, map[string]any{"template": "python"}).ID
+	c.HTTP = &http.Client{Timeout: notRegularWait}
+	files := "/sandboxes/" + id + "/files"
+	read := func(path string) apitest.Response {
+		return c.Do("GET", files+"?path="+url.QueryEscape(path), tokA, nil, nil)
+	}
+	write := func(path, content string) apitest.Response {
+		return c.Do("PUT", files, tokA, map[string]any{"path": path, "content": content}, nil)
+	}
+
+	// Positive control, made before the odd files exist.
+	if r := write("/tmp/regular.txt", "plain"); r.Status != http.StatusOK {
+		t.Fatalf("write a regular file: %v", r)
+	}
+	out := c.Command(tokA, id, `mkfifo /tmp/fifo && ln -s /dev/zero /tmp/zero-link && ln -s /tmp/regular.txt /tmp/regular-link &&
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("/tmp/sock")' && ls -l /tmp/fifo /tmp/sock`, 0)
+	if exitCode(t, out) != 0 {
+		t.Fatalf("making the odd files: %v", out)
+	}
+	for _, path := range []string{"/dev/zero", "/dev/urandom", "/dev/null", "/tmp/fifo", "/tmp/sock"} {
+		msg := apitest.ExpectErr(t, read(path), http.StatusBadRequest, "FILE_NOT_REGULAR")
+		contains(t, msg, path)
+		apitest.ExpectErr(t, write(path, "x"), http.StatusBadRequest, "FILE_NOT_REGULAR")
+	}
+	apitest.ExpectErr(t, read("/tmp/zero-link"), http.StatusBadRequest, "FILE_NOT_REGULAR")
+	for _, path := range []string{"/tmp", "/dev", "/home/user/"} {
+		apitest.ExpectErr(t, read(path), http.StatusBadRequest, "IS_A_DIRECTORY")
+		apitest.ExpectErr(t, write(path, "x"), http.StatusBadRequest, "IS_A_DIRECTORY")
+	}
+	// The refused writes changed nothing.
+	if out := c.command(id, "test -p /tmp/fifo && test -S /tmp/sock && echo same"); out.Stdout != "same\n" {
+		t.Fatalf("a refused write changed the file: %v", out)
+	}
+	for _, path := range []string{"/tmp/regular.txt", "/tmp/regular-link"} {
+		if got := apitest.DecodeData[struct{ Content string }](t, read(path)); got.Content != "plain" {
+			t.Fatalf("read %s: %q", path, got.Content)
+		}
+	}
+	// A write replaces a symlink (it does not follow it), as before,
+	// whatever it points to.
+	for _, link := range []string{"/tmp/regular-link", "/tmp/zero-link"} {
+		if r := write(link, "new"); r.Status != http.StatusOK {
+			t.Fatalf("write over the symlink %s: %v", link, r)
+		}
+		if got := apitest.DecodeData[struct{ Content string }](t, read(link)); got.Content != "new" {
+			t.Fatalf("read %s after the write: %q", link, got.Content)
+		}
+	}
+	if got := apitest.DecodeData[struct{ Content string }](t, read("/tmp/regular.txt")); got.Content != "plain" {
+		t.Fatalf("a write through a symlink changed its target: %q", got.Content)
+	}
+}
+
+// TestFilesNotRegularTestMode: test mode refuses the devices every
+// sandbox has as real mode does.
+func TestFilesNotRegularTestMode(t *testing.T) {
+	t.Parallel()
+	c := testModeBackend(t, testbackend.Config{})
+	id := c.Create(tokA, map[string]any{}).ID
+	files := "/sandboxes/" + id + "/files"
+	for _, path := range []string{"/dev/zero", "/dev/urandom", "/dev/null"} {
+		apitest.ExpectErr(t, c.Do("GET", files+"?path="+path, tokA, nil, nil), http.StatusBadRequest, "FILE_NOT_REGULAR")
+		apitest.ExpectErr(t, c.Do("PUT", files, tokA, map[string]any{"path": path, "content": "x"}, nil), http.StatusBadRequest, "FILE_NOT_REGULAR")
+	}
+	for _, path := range []string{"/tmp", "/dev", "/home/user"} {
+		apitest.ExpectErr(t, c.Do("GET", files+"?path="+path, tokA, nil, nil), http.StatusBadRequest, "IS_A_DIRECTORY")
+		apitest.ExpectErr(t, c.Do("PUT", files, tokA, map[string]any{"path": path, "content": "x"}, nil), http.StatusBadRequest, "IS_A_DIRECTORY")
+	}
+	if r := c.Do("PUT", files, tokA, map[string]any{"path": "/tmp/regular.txt", "content": "plain"}, nil); r.Status != http.StatusOK {
+		t.Fatalf("write a regular file: %v", r)
+	}
+	if got := apitest.DecodeData[struct{ Content string }](t, c.Do("GET", files+"?path=/tmp/regular.txt", tokA, nil, nil)); got.Content != "plain" {
+		t.Fatalf("read back %q", got.Content)
+	}
+}
