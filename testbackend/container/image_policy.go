@@ -135,9 +135,14 @@ func (d *Docker) checkImage(ctx context.Context, ref string, img image.InspectRe
 	if err != nil {
 		return err
 	}
+	// An image that does not say (old or hand-made configurations) is
+	// not known to be another platform's.
 	iosys, iarch := img.Os, normalArch(img.Architecture)
 	if iosys == "" {
-		iosys = "linux"
+		iosys = osys
+	}
+	if iarch == "" {
+		iarch = arch
 	}
 	if iosys != osys || iarch != arch {
 		want := osys + "/" + arch

@@ -125,6 +125,7 @@ func wantRefused(t *testing.T, d *Docker, ref, rule string, inMsg ...string) {
 		if !errors.Is(err, ErrImageRefused) || !errors.As(err, &re) || re.Rule != rule {
 			t.Fatalf("%s %s: %v, want ErrImageRefused under rule %q", op, ref, err, rule)
 		}
+		t.Logf("%s: %s", op, re.Msg)
 		for _, want := range append([]string{ref}, inMsg...) {
 			if !strings.Contains(re.Msg, want) {
 				t.Errorf("%s: message %q does not say %q", op, re.Msg, want)
