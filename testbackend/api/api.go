@@ -102,6 +102,8 @@ var statusOf = map[string]int{
 	sandbox.CodeInvalidEgress:            http.StatusUnprocessableEntity,
 	sandbox.CodeEgressControlUnavailable: http.StatusBadRequest,
 	sandbox.CodeVCPULimitExceeded:        http.StatusConflict,
+	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
+	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,
 }
 
 // Server is the HTTP API.

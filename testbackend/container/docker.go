@@ -86,6 +86,10 @@ type Docker struct {
 	attachTimeout time.Duration
 	noAgent       map[string]bool   // containers known to have no agent
 	killed        map[string]string // containers this runtime killed, with why (see hostileAgent)
+
+	platformMu   sync.Mutex // guards the two below
+	platformOS   string     // the engine's, once asked (image_policy.go)
+	platformArch string
 }
 
 var _ Runtime = (*Docker)(nil)

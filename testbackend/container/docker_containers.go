@@ -30,6 +30,13 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 	if spec.Image == "" {
 		return "", errors.New("runtime: Spec.Image is empty")
 	}
+	img, err := d.inspectImage(ctx, spec.Image)
+	if err != nil {
+		return "", err
+	}
+	if err := d.checkImage(ctx, spec.Image, img); err != nil {
+		return "", err
+	}
 	cfg := d.containerConfig(spec)
 	hc := d.hostConfig(spec)
 	if !spec.RunMode && d.agentPath != "" {
@@ -40,11 +47,11 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 	}
 	hosts := ""
 	if d.own != nil {
-		var err error
 		if hosts, err = d.useOwnNet(cfg, hc); err != nil {
 			return "", err
 		}
 	}
+	neutralise(cfg, hc, img, spec) // last: it sees every mount of the backend's
 
 	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
 	if err != nil {
@@ -232,7 +239,7 @@ func (d *Docker) List(ctx context.Context) ([]Container, error) {
 		out = append(out, Container{
 			ID:        c.ID,
 			Name:      name,
-			Labels:    c.Labels,
+			Labels:    ownLabels(c.Labels),
 			Running:   c.State == dockercontainer.StateRunning,
 			ExitCode:  exitCodeFromStatus(c.Status),
 			CreatedAt: time.Unix(c.Created, 0),
@@ -252,7 +259,7 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 	if c.Config == nil || c.Config.Labels[LabelInstance] != d.instance {
 		return Container{}, fmt.Errorf("%w: %s (not owned by instance %s)", ErrNotFound, id, d.instance)
 	}
-	out := Container{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: c.Config.Labels}
+	out := Container{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: ownLabels(c.Config.Labels)}
 	if c.State != nil {
 		out.Running = c.State.Running
 		out.ExitCode = c.State.ExitCode

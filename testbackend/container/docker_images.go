@@ -13,11 +13,12 @@ import (
 )
 
 // EnsureImage makes ref present: nil when it is, a pull when the policy
-// allows, ErrImageUnavailable otherwise.
+// allows, ErrImageUnavailable otherwise. A present image the backend will
+// not run (image_policy.go) is ErrImageRefused.
 func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
-	_, err := d.cli.ImageInspect(ctx, ref)
+	img, err := d.cli.ImageInspect(ctx, ref)
 	if err == nil {
-		return nil
+		return d.checkImage(ctx, ref, img)
 	}
 	if !cerrdefs.IsNotFound(err) {
 		return d.engineErr("inspect image "+ref, err)
@@ -49,11 +50,12 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
 			return fmt.Errorf("%w: pulling %s: %s", ErrImageUnavailable, ref, msg.Error.Message)
 		}
 	}
-	if _, err := d.cli.ImageInspect(ctx, ref); err != nil {
+	img, err = d.cli.ImageInspect(ctx, ref)
+	if err != nil {
 		if isEngineDown(err) {
 			return d.engineErr("inspect image "+ref, err)
 		}
 		return fmt.Errorf("%w: %s still missing after the pull: %v", ErrImageUnavailable, ref, err)
 	}
-	return nil
+	return d.checkImage(ctx, ref, img)
 }

@@ -111,9 +111,11 @@ type Runtime interface {
 	Ping(ctx context.Context) error
 	// Address is the engine address, for error messages.
 	Address() string
-	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable otherwise.
+	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable otherwise;
+	// ErrImageRefused (an *ImageRefusedError) for an image the runtime will not run (image_policy.go).
 	EnsureImage(ctx context.Context, ref string) error
-	// Start creates and starts a locked-down container and returns its id.
+	// Start creates and starts a locked-down container and returns its id; the image's metadata is
+	// neutralised, and a refused image is ErrImageRefused (image_policy.go).
 	Start(ctx context.Context, spec Spec) (string, error)
 	// Prepare readies a started container for its first command, so that
 	// command costs what a later one does (warm containers are prepared

@@ -234,7 +234,8 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 }
 
 // ensureImage makes the image present (a pull within PullTimeout when the
-// policy allows one), once the engine answers.
+// policy allows one), once the engine answers, and one the runtime will
+// run (IMAGE_NOT_ALLOWED, IMAGE_PLATFORM_MISMATCH otherwise).
 func (m *Manager) ensureImage(ctx context.Context, image string) error {
 	if err := m.EngineAvailable(ctx); err != nil {
 		return err
@@ -243,6 +244,9 @@ func (m *Manager) ensureImage(ctx context.Context, image string) error {
 	err := m.rt.EnsureImage(pullCtx, image)
 	cancel()
 	if err != nil {
+		if e := imageRefused(err); e != nil {
+			return e
+		}
 		if errors.Is(err, container.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 			return errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
 		}
