@@ -64,6 +64,10 @@ func hintFor(code string) string {
 		return "The data source rarecloud_sandbox_templates lists the templates there are."
 	case client.CodeImagePullFailed:
 		return "Only public images are supported; check the image reference."
+	case client.CodeImageNotAllowed:
+		return "Change the image: a sandbox image may not declare a VOLUME at /, in /proc, /sys or /dev, nor more than 16 of them."
+	case client.CodeImagePlatformMismatch:
+		return "Use an image built for the platform the API runs sandboxes on (the local backend's is its host's), or a multi-platform image."
 	case client.CodeServiceUnavailable:
 		return "The sandbox service is not available right now; try again later."
 	case client.CodeEgressControlUnavailable:
