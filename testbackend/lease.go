@@ -256,7 +256,9 @@ func reapUnclaimedPool(ctx context.Context, d *container.Docker, inst, dir strin
 	}
 	records, err := store.SandboxesIn(filepath.Join(dir, "records"))
 	if err != nil {
-		return 0, nil // unreadable records: not ours to judge
+		// Unreadable records: which warm container a sandbox holds is not
+		// ours to judge. Every container stays; the error says why.
+		return 0, fmt.Errorf("instance %s keeps its warm containers: its records: %w", inst, err)
 	}
 	claimed := map[string]bool{}
 	for _, sb := range records {
