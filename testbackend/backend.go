@@ -82,6 +82,18 @@ type Config struct {
 	// override it per account.
 	VCPULimit float64
 	Accounts  []Account
+	// Host capacity (sandbox/hostcap.go): HostMemoryBytes is the machine's
+	// memory (0: MemTotal; negative: no host bound), HostMemoryReserve
+	// what sandboxes leave to the host (0: 2 GiB), MemoryOvercommit how far
+	// the sandboxes' memory limits may add up past the rest (0: 4),
+	// HostShare the part of that one account may hold (0: 0.5).
+	HostMemoryBytes   int64
+	HostMemoryReserve int64
+	MemoryOvercommit  float64
+	HostShare         float64
+	// StartSlots is how many container starts run at once, in turns across
+	// accounts (0: sandbox.DefaultStartSlots).
+	StartSlots int
 	// Egress control (egress.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
@@ -267,6 +279,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 
 		VCPULimit:         cfg.VCPULimit,
 		AccountVCPULimits: limits,
+		HostMemoryBytes:   cfg.HostMemoryBytes,
+		HostMemoryReserve: cfg.HostMemoryReserve,
+		MemoryOvercommit:  cfg.MemoryOvercommit,
+		HostShare:         cfg.HostShare,
+		StartSlots:        cfg.StartSlots,
 		Egress:            b.egressEnforcer(),
 	})
 	if err != nil {

@@ -36,6 +36,9 @@ const (
 	CodeImageNotAllowed       = "IMAGE_NOT_ALLOWED"
 	CodeImagePlatformMismatch = "IMAGE_PLATFORM_MISMATCH"
 	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
+	// The host's memory for sandboxes, or the account's share of it, is
+	// taken (503 with Retry-After; an extension of API v1).
+	CodeHostCapacityExhausted = "HOST_CAPACITY_EXHAUSTED"
 	CodeSandboxNotReady       = "SANDBOX_NOT_READY"
 	CodeSandboxNotRunning     = "SANDBOX_NOT_RUNNING"
 	CodeLanguageNotAvailable  = "LANGUAGE_NOT_AVAILABLE"

@@ -174,3 +174,77 @@ func TestVCPULimitConcurrent(t *testing.T) {
 		t.Fatalf("acct-a uses %v vCPUs", used)
 	}
 }
+
+// TestHostCapacityIsShared: on a host with room for seven base sandboxes
+// (8 GiB at overcommit 1, each counted at 1 GiB and gVisor's 64 MiB), an
+// account with vCPUs to spare asks for twelve at once: the nine past its
+// share (half the host) are refused at once with 503
+// HOST_CAPACITY_EXHAUSTED and a Retry-After, the sandbox memory never
+// exceeds the host's, and another account's create made during the burst
+// is accepted and runs.
+func TestHostCapacityIsShared(t *testing.T) {
+	t.Parallel()
+	b, err := startBackend(t.TempDir(), testbackend.Config{
+		PoolSize: 0, HostMemoryBytes: 10 << 30, HostMemoryReserve: 2 << 30, MemoryOvercommit: 1, HostShare: 0.5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	c := newClient(t, b.URL())
+	c.Continue = true
+	type answer struct {
+		status     int
+		code, msg  string
+		retryAfter string
+		id         string
+	}
+	answers := make(chan answer, 12)
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.Do("POST", "/sandboxes", tokA, map[string]any{"template": "base"}, nil)
+			a := answer{status: r.Status, code: r.ErrCode(), retryAfter: r.Header.Get("Retry-After")}
+			if r.Env.Error != nil {
+				a.msg = r.Env.Error.Message
+			}
+			if r.Status == http.StatusCreated {
+				a.id = apitest.DecodeData[apitest.Sandbox](t, r).ID
+			}
+			answers <- a
+		}()
+	}
+	// The other account, during the burst.
+	other := c.Running(tokB, map[string]any{"template": "base"})
+	wg.Wait()
+	close(answers)
+	var created []string
+	refused := 0
+	for a := range answers {
+		switch {
+		case a.status == http.StatusCreated:
+			created = append(created, a.id)
+		case a.status == http.StatusServiceUnavailable && a.code == sandbox.CodeHostCapacityExhausted && a.retryAfter != "" &&
+			strings.Contains(a.msg, "acct-a") && strings.Contains(a.msg, "share"):
+			refused++
+		default:
+			t.Errorf("a create of the burst answered %d %s %q (Retry-After %q)", a.status, a.code, a.msg, a.retryAfter)
+		}
+	}
+	// 3 x 1.0625 GiB fit in acct-a's 4 GiB share, a fourth does not.
+	if len(created) != 3 || refused != 9 {
+		t.Fatalf("12 creates for a share of 3: %d created, %d refused", len(created), refused)
+	}
+	for _, id := range created {
+		c.WaitStatus(tokA, id, apitest.WaitTimeout, "running")
+	}
+	if got := c.Get(tokB, other.ID); got.Status != "running" {
+		t.Fatalf("the other account's sandbox: %+v", got)
+	}
+	for _, id := range created {
+		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+	}
+	c.Do("DELETE", "/sandboxes/"+other.ID, tokB, nil, nil)
+}

@@ -117,7 +117,8 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 
 func retryable(code string) bool {
 	// A full account is transient too: a delete frees capacity at once.
-	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests || code == CodeVCPULimitExceeded
+	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests || code == CodeVCPULimitExceeded ||
+		code == CodeHostCapacityExhausted
 }
 
 // MarshalJSON lets a stored client error be replayed as it was.
@@ -186,7 +187,11 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	}
 
 	m.mu.Lock()
-	if err := m.checkCapacityLocked(account, tpl); err != nil {
+	err := m.checkCapacityLocked(account, tpl)
+	if err == nil {
+		err = m.checkHostCapacityLocked(account, tpl)
+	}
+	if err != nil {
 		if sb.ContainerID != "" {
 			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
 		}
@@ -293,11 +298,17 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	}
 	m.starting[sb.ID] = true
 	spec := m.specFor(sb)
-	id := sb.ID
+	id, account := sb.ID, sb.Account
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		release, err := m.starts.acquire(m.ctx, account)
+		if err != nil {
+			m.started(id, "", err) // shutting down: the next start resumes it
+			return
+		}
 		cid, err := m.startWithEgress(id, spec)
+		release()
 		m.started(id, cid, err)
 	}()
 }

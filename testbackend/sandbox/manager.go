@@ -67,6 +67,20 @@ type Config struct {
 	// DefaultVCPULimit); AccountVCPULimits overrides it per account.
 	VCPULimit         float64
 	AccountVCPULimits map[string]float64
+	// HostMemoryBytes is the machine's memory (default: MemTotal;
+	// negative: no host bound);
+	// HostMemoryReserve what sandboxes leave to the host (default
+	// DefaultHostMemoryReserve); MemoryOvercommit how far the sandboxes'
+	// memory limits may add up past what is left (default
+	// DefaultMemoryOvercommit); HostShare the part of that one account may
+	// hold (default DefaultHostShare). See hostcap.go.
+	HostMemoryBytes   int64
+	HostMemoryReserve int64
+	MemoryOvercommit  float64
+	HostShare         float64
+	// StartSlots is how many container starts run at once, taking turns
+	// across accounts (default DefaultStartSlots; startqueue.go).
+	StartSlots int
 	// Egress enforces egress policies; nil: egress control is off.
 	Egress EgressEnforcer
 	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
@@ -112,6 +126,7 @@ type Manager struct {
 	removing map[string]chan struct{}
 
 	engine engineState
+	starts *startQueue // container starts, in turns across accounts
 }
 
 // New builds a manager; Start loads records and reconciles.
@@ -147,6 +162,21 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MinIdleTimeout <= 0 {
 		cfg.MinIdleTimeout = DefaultMinIdleTimeout
 	}
+	if cfg.HostMemoryBytes == 0 {
+		cfg.HostMemoryBytes = hostMemory()
+	}
+	if cfg.HostMemoryReserve <= 0 {
+		cfg.HostMemoryReserve = DefaultHostMemoryReserve
+	}
+	if cfg.MemoryOvercommit <= 0 {
+		cfg.MemoryOvercommit = DefaultMemoryOvercommit
+	}
+	if cfg.HostShare <= 0 || cfg.HostShare > 1 {
+		cfg.HostShare = DefaultHostShare
+	}
+	if cfg.StartSlots <= 0 {
+		cfg.StartSlots = DefaultStartSlots
+	}
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -158,6 +188,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
+		starts:    newStartQueue(cfg.StartSlots),
 		cfg:       cfg,
 		rt:        cfg.Runtime,
 		st:        cfg.Store,

@@ -173,6 +173,7 @@ func TestRenamesAndUnlinksAreSynced(t *testing.T) {
 		t.Fatalf("directories synced: %v, want %v", synced, want)
 	}
 }
+
 // TestRecordsAreReadWithoutFollowing: a record that is a symbolic link or
 // a FIFO is reported by name, not read through (a FIFO would hang the
 // start), and a write replaces a link instead of writing through it.

@@ -1,0 +1,116 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// Host capacity: besides each account's vCPU limit (capacity.go), the
+// memory limits of every live sandbox of this backend, whatever its
+// account, must fit what the machine holds, and no account may hold more
+// than its share of that. A sandbox's memory limit bounds what it can take
+// from the host: under gVisor its tmpfs mounts (/home/user, /tmp, image
+// volumes) are held in the sandbox's own memory and count against that
+// same limit (measured: 600 MB written to a 1 GB tmpfs of a 256 MB sandbox
+// killed it with 137). Each sandbox is counted at its template's memory
+// plus sandboxOverhead for gVisor itself.
+//
+// The capacity is (host memory - HostMemoryReserve) x MemoryOvercommit. At
+// an overcommit of 1 the sandboxes cannot take the host's memory however
+// much of their limits they use; above 1 the operator trades that for
+// density (an idle sandbox uses a few tens of MB of its limit). The test
+// mode runs nothing and is not counted.
+
+// Defaults of the host capacity settings.
+const (
+	DefaultHostMemoryReserve = 2 << 30
+	DefaultMemoryOvercommit  = 4
+	DefaultHostShare         = 0.5
+	// sandboxOverhead is what gVisor's sentry and gofer take beside a
+	// sandbox's own memory.
+	sandboxOverhead = 64 << 20
+)
+
+// CodeHostCapacityExhausted: the machine, or the account's share of it,
+// has no memory left for the sandbox (503, with Retry-After).
+const CodeHostCapacityExhausted = "HOST_CAPACITY_EXHAUSTED"
+
+// hostCapacityRetry is the Retry-After of that answer, in seconds.
+const hostCapacityRetry = 30
+
+// hostMemory reads MemTotal from /proc/meminfo; 0 when it cannot.
+func hostMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// hostCapacity is the memory the live sandboxes may hold together; 0
+// means no bound (the host's memory is unknown).
+func (m *Manager) hostCapacity() int64 {
+	free := m.cfg.HostMemoryBytes - m.cfg.HostMemoryReserve
+	if m.cfg.HostMemoryBytes <= 0 || free <= 0 {
+		return 0
+	}
+	return int64(float64(free) * m.cfg.MemoryOvercommit)
+}
+
+func (m *Manager) sandboxMemory(sb *store.Sandbox) int64 {
+	return m.templates[sb.Template].MemoryMB<<20 + sandboxOverhead
+}
+
+// checkHostCapacityLocked refuses a sandbox of tpl for account when the
+// live sandboxes would hold more memory than the host's capacity, or the
+// account more than its share of it. It runs under the lock that inserts
+// the record, like the vCPU check.
+func (m *Manager) checkHostCapacityLocked(account string, tpl Template) *Error {
+	capacity := m.hostCapacity()
+	if capacity == 0 || m.immediate {
+		return nil
+	}
+	need := tpl.MemoryMB<<20 + sandboxOverhead
+	var all, mine int64
+	for _, sb := range m.boxes {
+		if sb.Status != StatusPending && sb.Status != StatusRunning {
+			continue
+		}
+		mem := m.sandboxMemory(sb)
+		all += mem
+		if sb.Account == account {
+			mine += mem
+		}
+	}
+	share := int64(float64(capacity) * m.cfg.HostShare)
+	switch {
+	case mine+need > share:
+		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
+			"account %s holds %s of this host's sandbox memory, its share (%.0f%% of %s); a %s sandbox needs %s more. Delete sandboxes you no longer need, or retry later",
+			account, fmtBytes(mine), m.cfg.HostShare*100, fmtBytes(capacity), tpl.Name, fmtBytes(need))}
+	case all+need > capacity:
+		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
+			"this host's sandbox memory is taken: live sandboxes hold %s of %s and a %s sandbox needs %s more. Retry in a while (sandboxes end and free it)",
+			fmtBytes(all), fmtBytes(capacity), tpl.Name, fmtBytes(need))}
+	}
+	return nil
+}
+
+func fmtBytes(b int64) string {
+	return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) + " GiB"
+}
