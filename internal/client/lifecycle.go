@@ -5,23 +5,6 @@ import (
 	"errors"
 )
 
-// CreateSandboxAndWait creates a sandbox and waits, as WaitSandboxStatus
-// does, until done accepts it. The sandbox is nil only when the create
-// failed and nothing was made; otherwise it is the last one seen, also
-// when the wait failed: the caller decides what becomes of a sandbox that
-// was made but is not what it waited for (keep it, or delete it).
-func (c *Client) CreateSandboxAndWait(ctx context.Context, in CreateSandboxRequest, want []string, done func(*Sandbox) (bool, error)) (*Sandbox, error) {
-	created, err := c.CreateSandbox(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	sbx, err := c.WaitSandboxStatus(ctx, created.ID, want, done)
-	if sbx == nil {
-		sbx = created
-	}
-	return sbx, err
-}
-
 // DeleteWaitError is an error of DeleteSandboxAndWait after the API
 // accepted the delete: the sandbox was not seen to be gone. Its message
 // is the wait's own.

@@ -58,66 +58,8 @@ func (s *lifecycleServer) count(method string) int {
 	return s.seen[method]
 }
 
-func createdPending(w http.ResponseWriter) {
-	writeJSON(w, 201, okBody(map[string]any{"id": "sbx-1", "status": StatusPending, "exitCode": nil}))
-}
-
 func deleted(w http.ResponseWriter) {
 	writeJSON(w, 200, okBody(map[string]any{"id": "sbx-1", "deleted": true}))
-}
-
-func isRunning(s *Sandbox) (bool, error) { return s.Status == StatusRunning, nil }
-
-var running = []string{StatusRunning}
-
-func TestCreateSandboxAndWaitReturnsTheReadySandbox(t *testing.T) {
-	s := &lifecycleServer{create: createdPending, statuses: []string{StatusPending, StatusRunning}}
-	c := s.start(t)
-	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{Template: "python"}, running, isRunning)
-	if err != nil || sbx == nil || sbx.ID != "sbx-1" || sbx.Status != StatusRunning {
-		t.Fatalf("got %+v, %v; want sbx-1 running", sbx, err)
-	}
-	if n := s.count(http.MethodPost); n != 1 {
-		t.Errorf("%d creates, want 1", n)
-	}
-}
-
-func TestCreateSandboxAndWaitCreateFails(t *testing.T) {
-	s := &lifecycleServer{create: func(w http.ResponseWriter) {
-		writeJSON(w, 400, errBody(CodeUnknownTemplate, "no template rust"))
-	}, statuses: []string{StatusRunning}}
-	c := s.start(t)
-	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{Template: "rust"}, running, isRunning)
-	if sbx != nil || !HasCode(err, CodeUnknownTemplate) {
-		t.Fatalf("got %+v, %v; want no sandbox and UNKNOWN_TEMPLATE", sbx, err)
-	}
-	if n := s.count(http.MethodGet); n != 0 {
-		t.Errorf("%d GETs after a failed create, want 0", n)
-	}
-}
-
-// A wait that fails still hands back what was made: the last sandbox seen
-// with done's error, or the created one when it vanished at once.
-func TestCreateSandboxAndWaitKeepsTheSandboxWhenTheWaitFails(t *testing.T) {
-	ended := errors.New("terminated before it ran")
-	s := &lifecycleServer{create: createdPending, statuses: []string{StatusTerminated}}
-	c := s.start(t)
-	sbx, err := c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{}, running, func(s *Sandbox) (bool, error) {
-		if s.Status == StatusTerminated {
-			return false, ended
-		}
-		return isRunning(s)
-	})
-	if !errors.Is(err, ended) || sbx == nil || sbx.Status != StatusTerminated {
-		t.Fatalf("got %+v, %v; want the terminated sandbox and done's error", sbx, err)
-	}
-
-	s = &lifecycleServer{create: createdPending, statuses: []string{"gone"}}
-	c = s.start(t)
-	sbx, err = c.CreateSandboxAndWait(context.Background(), CreateSandboxRequest{}, running, isRunning)
-	if !IsNotFound(err) || sbx == nil || sbx.ID != "sbx-1" || sbx.Status != StatusPending {
-		t.Fatalf("got %+v, %v; want the created (pending) sandbox and NOT_FOUND", sbx, err)
-	}
 }
 
 func TestDeleteSandboxAndWaitWaitsUntilGone(t *testing.T) {

@@ -78,7 +78,7 @@ func apiCall(n ast.Node) string {
 		}
 		if fn, ok := call.Fun.(*ast.SelectorExpr); ok {
 			switch fn.Sel.Name {
-			case "CreateSandbox", "CreateSandboxWithKey", "CreateSandboxAndWait", "RunCommand", "RunCode", "WriteFile", "UpdateSandbox":
+			case "CreateSandbox", "CreateSandboxWithKey", "RunCommand", "RunCode", "WriteFile", "UpdateSandbox":
 				name = fn.Sel.Name
 			}
 		}
