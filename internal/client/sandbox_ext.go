@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/egressname"
 )
 
 // Extensions of API v1 (openapi.yaml marks them x-rarecloud-extension):
@@ -22,7 +24,7 @@ const (
 )
 
 // MaxEgressAllowlist is the documented maximum number of egressAllowlist entries.
-const MaxEgressAllowlist = 64
+const MaxEgressAllowlist = egressname.MaxAllowlist
 
 // Idle timeout bounds (idleTimeoutMs): 0 is off; the API raises 1..89999
 // to MinIdleTimeoutMs and clamps above MaxIdleTimeoutMs.

@@ -3,10 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
-	"net/netip"
-	"regexp"
 	"slices"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -18,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/egressname"
 )
 
 // Egress control (egress_mode, egress_allowlist): an extension of API v1,
@@ -94,49 +92,6 @@ func validateEgress(mode types.String, allowlist types.Set, diags *diag.Diagnost
 	}
 }
 
-var egressLabelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
-
-// egressNameProblem says what is wrong with an allowlist entry ("" when
-// nothing is), by the API's rules.
-func egressNameProblem(name string) string {
-	if _, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
-		return "is an IP address: list host names (the addresses an allowed name resolves to are allowed with it)"
-	}
-	if _, err := netip.ParsePrefix(name); err == nil {
-		return "is an address range: list host names"
-	}
-	host := strings.TrimSuffix(name, ".")
-	wildcard := strings.HasPrefix(host, "*.")
-	if wildcard {
-		host = host[2:]
-	}
-	switch {
-	case host == "":
-		return "is empty"
-	case len(host) > 253:
-		return "is longer than 253 characters"
-	case strings.Contains(host, "*"):
-		return `has a "*" that is not the whole first label ("*.example.com" is the only wildcard form)`
-	}
-	labels := strings.Split(host, ".")
-	if len(labels) < 2 {
-		if wildcard {
-			return `would allow a whole top-level domain: a wildcard needs two or more labels after "*."`
-		}
-		return "is not a fully qualified host name: it needs two or more labels, like example.com"
-	}
-	for _, l := range labels {
-		if !egressLabelRE.MatchString(l) {
-			return fmt.Sprintf("has an invalid label %q: labels are 1 to 63 letters, digits and inner hyphens", l)
-		}
-	}
-	last := labels[len(labels)-1]
-	if strings.Trim(last, "0123456789") == "" {
-		return "is not a host name: its last label is numeric"
-	}
-	return ""
-}
-
 type egressNameValidator struct{}
 
 func (egressNameValidator) Description(context.Context) string {
@@ -152,7 +107,7 @@ func (egressNameValidator) ValidateString(_ context.Context, req validator.Strin
 		return
 	}
 	name := req.ConfigValue.ValueString()
-	if problem := egressNameProblem(name); problem != "" {
+	if problem := egressname.Problem(name); problem != "" {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid egress_allowlist entry",
 			fmt.Sprintf("%q %s.", name, problem))
 	}
@@ -180,7 +135,7 @@ func (egressUniqueValidator) ValidateSet(_ context.Context, req validator.SetReq
 		if !ok || s.IsNull() || s.IsUnknown() {
 			continue
 		}
-		key := egressKey(s.ValueString())
+		key := egressname.Key(s.ValueString())
 		if prev, dup := seen[key]; dup {
 			resp.Diagnostics.AddAttributeError(req.Path, "Duplicate egress_allowlist entry",
 				fmt.Sprintf("%q and %q are the same host name (names compare ignoring case and a trailing dot). Keep one of them.",
@@ -190,8 +145,6 @@ func (egressUniqueValidator) ValidateSet(_ context.Context, req validator.SetReq
 		seen[key] = s.ValueString()
 	}
 }
-
-func egressKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
 
 // egressRequest fills the create request's egress fields from the model:
 // only what is configured.
@@ -258,12 +211,12 @@ func sameHostSet(v types.Set, names []string) bool {
 	have := map[string]bool{}
 	for _, e := range v.Elements() {
 		if s, ok := e.(types.String); ok {
-			have[egressKey(s.ValueString())] = true
+			have[egressname.Key(s.ValueString())] = true
 		}
 	}
 	want := map[string]bool{}
 	for _, n := range names {
-		want[egressKey(n)] = true
+		want[egressname.Key(n)] = true
 	}
 	if len(have) != len(want) {
 		return false

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/netip"
-	"regexp"
 	"slices"
-	"strings"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/egressname"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -28,7 +26,7 @@ const (
 )
 
 // MaxEgressAllowlist is the documented maximum number of allowlist entries.
-const MaxEgressAllowlist = 64
+const MaxEgressAllowlist = egressname.MaxAllowlist
 
 // Error codes of egress control.
 const (
@@ -66,9 +64,6 @@ type EgressEnforcer interface {
 	Sync(ctx context.Context, ps []EgressPolicy) error
 }
 
-// hostLabelRe is one label of a host name: letters, digits and inner hyphens.
-var hostLabelRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
-
 // validateEgress checks egressMode and egressAllowlist and fills in the
 // default mode.
 func validateEgress(req *CreateRequest) *Error {
@@ -94,10 +89,10 @@ func validateEgress(req *CreateRequest) *Error {
 	}
 	seen := map[string]int{}
 	for i, name := range req.EgressAllowlist {
-		if err := validateEgressName(name); err != "" {
+		if err := egressname.Problem(name); err != "" {
 			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q %s", i, name, err)
 		}
-		key := egressKey(name)
+		key := egressname.Key(name)
 		if j, dup := seen[key]; dup {
 			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q repeats egressAllowlist[%d]", i, name, j)
 		}
@@ -105,59 +100,6 @@ func validateEgress(req *CreateRequest) *Error {
 	}
 	return nil
 }
-
-// validateEgressName says what is wrong with one allowlist entry ("" when
-// nothing is): a host name of two or more labels, or "*." followed by one.
-func validateEgressName(name string) string {
-	if _, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
-		return "is an IP address; list host names (addresses are allowed only as the answers of allowed names)"
-	}
-	if _, err := netip.ParsePrefix(name); err == nil {
-		return "is an address range; list host names"
-	}
-	host := strings.TrimSuffix(name, ".")
-	wildcard := strings.HasPrefix(host, "*.")
-	if wildcard {
-		host = host[2:]
-	}
-	switch {
-	case host == "":
-		return "is empty"
-	case len(host) > 253:
-		return "is longer than 253 characters"
-	case strings.Contains(host, "*"):
-		return "has a '*' that is not the whole first label ('*.example.com' is the only wildcard form)"
-	}
-	labels := strings.Split(host, ".")
-	if len(labels) < 2 {
-		if wildcard {
-			return "would allow a whole top-level domain; a wildcard needs at least two labels after '*.'"
-		}
-		return "is not a fully qualified host name (it needs at least two labels, like example.com)"
-	}
-	for _, l := range labels {
-		if !hostLabelRe.MatchString(l) {
-			return fmt.Sprintf("has an invalid label %q: labels are 1 to 63 letters, digits and inner hyphens", l)
-		}
-	}
-	if _, err := netip.ParseAddr(host); err == nil || isAllDigits(labels[len(labels)-1]) {
-		return "is not a host name (its last label is numeric)"
-	}
-	return ""
-}
-
-func isAllDigits(s string) bool {
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// egressKey is how allowlist entries compare: case-insensitive, without a
-// trailing dot.
-func egressKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
 
 // egressRestricted reports whether a record has a policy to enforce.
 func egressRestricted(sb *store.Sandbox) bool {
