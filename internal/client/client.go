@@ -7,7 +7,7 @@
 // Its wire types (sandboxes.go, the envelope in request.go) and error codes
 // (errors.go) are its own, written apart from the test backend's; the
 // contract tests (contract_test.go, contract_requests_test.go) hold them
-// to the API's description, testbackend/api/openapi.yaml.
+// to the API's description, testbackend/apispec/openapi.yaml.
 package client
 
 import (

@@ -9,7 +9,6 @@ import (
 	"go/token"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -21,25 +20,23 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 )
 
 // The client's wire types are its own, written apart from the backend's:
 // that independence is what lets a contract break show. These tests keep
-// them honest against the API's description, testbackend/api/openapi.yaml.
+// them honest against the API's description, testbackend/apispec/openapi.yaml.
 // A field the spec adds is no break; a field the client reads or sends
 // that the spec does not know, a type that disagrees, a required request
 // field the client cannot send, or an error code the API never answers
 // with, is.
 
-const specPath = "../../testbackend/api/openapi.yaml"
+const specPath = "openapi.yaml (package apispec)"
 
 func loadSpec(t *testing.T) *openapi3.T {
 	t.Helper()
-	data, err := os.ReadFile(specPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := openapi3.NewLoader().LoadFromData(data)
+	doc, err := openapi3.NewLoader().LoadFromData(apispec.Document)
 	if err != nil {
 		t.Fatalf("%s: %v", specPath, err)
 	}

@@ -1,10 +1,13 @@
-// Package apispec checks answers against the API's OpenAPI description
-// (api/openapi.yaml): the test harness checks every answer a test gets,
-// and a backend started with ValidateResponses checks its own.
+// Package apispec holds the API's OpenAPI 3 description (openapi.yaml,
+// the contract of the provider's client and of the backend alike) and
+// checks answers against it: the test harness checks every answer a test
+// gets, a backend started with ValidateResponses checks its own, and the
+// client's contract tests hold its wire types to it.
 package apispec
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,9 +18,12 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
-
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 )
+
+// Document is openapi.yaml.
+//
+//go:embed openapi.yaml
+var Document []byte
 
 var (
 	specOnce   sync.Once
@@ -28,7 +34,7 @@ var (
 
 func loadSpec() (*openapi3.T, routers.Router, error) {
 	specOnce.Do(func() {
-		specDoc, specErr = openapi3.NewLoader().LoadFromData(api.OpenAPI)
+		specDoc, specErr = openapi3.NewLoader().LoadFromData(Document)
 		if specErr != nil {
 			return
 		}
