@@ -9,7 +9,6 @@ package testbackend
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -143,7 +143,7 @@ type Backend struct {
 	srv         *http.Server
 	mgr         *sandbox.Manager
 	rt          container.Runtime
-	lease       *lease
+	lease       *instance.Lease
 	egress      *egress.Controller
 	egressWhy   string // why there is no egress control
 	done        chan struct{}
@@ -251,17 +251,17 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			RuntimeName: cfg.Runtime,
 			Network:     cfg.Network,
 			PullPolicy:  cfg.Pull,
-			Instance:    InstanceID(dataDir),
+			Instance:    instance.ID(dataDir),
 			Agent:       cfg.Agent,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
 		}
-		if err := b.startLease(ctx, InstanceID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
+		if err := b.startLease(ctx, instance.ID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
-		if b.egress, b.egressWhy, err = startEgress(cfg, b.rt, InstanceID(dataDir)); err != nil {
+		if b.egress, b.egressWhy, err = startEgress(cfg, b.rt, instance.ID(dataDir)); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
@@ -316,14 +316,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}()
 	return b, nil
-}
-
-// InstanceID names this backend's containers on a shared engine. It comes
-// from the data directory, so a restart finds its own containers again and
-// never touches another backend's.
-func InstanceID(dataDir string) string {
-	sum := sha256.Sum256([]byte(dataDir))
-	return hex.EncodeToString(sum[:6])
 }
 
 func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {
@@ -443,13 +435,13 @@ func (b *Backend) closeRuntime() {
 	if b.rt != nil {
 		_ = b.rt.Close()
 	}
-	b.lease.release()
+	b.lease.Release()
 }
 
 // startLease takes this instance's lease, then reaps what backends that
-// are gone for good left on the engine (see ReapOrphans).
-func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephemeral bool, logger *slog.Logger) error {
-	l, err := acquireLease(instance, dataDir, ephemeral)
+// are gone for good left on the engine (see instance.Reap).
+func (b *Backend) startLease(ctx context.Context, inst, dataDir string, ephemeral bool, logger *slog.Logger) error {
+	l, err := instance.Acquire(inst, dataDir, ephemeral)
 	if errors.Is(err, os.ErrPermission) {
 		// Not root: no lease, so nothing ever reaps this backend's containers
 		// (nor anyone else's from here); it still works.
@@ -461,7 +453,7 @@ func (b *Backend) startLease(ctx context.Context, instance, dataDir string, ephe
 	}
 	b.lease = l
 	if d, ok := b.rt.(*container.Docker); ok {
-		if _, err := ReapOrphans(ctx, d, logger); err != nil {
+		if _, err := instance.Reap(ctx, d, logger); err != nil {
 			logger.Warn("reaping the containers of backends that are gone", "err", err)
 		}
 	}

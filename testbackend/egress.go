@@ -22,10 +22,6 @@ const (
 	EgressOff  = "off"
 )
 
-// EgressTablePrefix starts the name of every backend's nftables table; the
-// rest is the instance id.
-const EgressTablePrefix = "rarecloud_egress_"
-
 // startEgress starts egress control as cfg.EgressControl asks. With
 // "auto" a machine that cannot enforce it gives a backend without it (and
 // the reason, which creates asking for a restricted mode are told); with
@@ -100,7 +96,7 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 		upstream = net.JoinHostPort(n.DNS, "53")
 	}
 	return egress.Start(egress.Config{
-		Table:    EgressTablePrefix + instance,
+		Table:    egress.TablePrefix + instance,
 		Bridge:   n.Bridge,
 		Gateway:  gw,
 		Subnet:   subnet,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 )
 
 // testAccProtoV6ProviderFactories runs the provider in-process for the
@@ -103,7 +104,7 @@ func runTests(m *testing.M) int {
 			acc.backend = b
 			acc.url = b.URL()
 			fmt.Fprintf(os.Stderr, "acceptance backend at %s (instance %s, started in %v)\n",
-				acc.url, testbackend.InstanceID(dataDir), time.Since(start).Round(time.Millisecond))
+				acc.url, instance.ID(dataDir), time.Since(start).Round(time.Millisecond))
 			// The provider blocks of most test configurations are empty: they
 			// take the backend and account A's token from the environment.
 			os.Setenv(EnvAPI, acc.url)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
@@ -144,7 +144,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if out := c.command(sb.ID, "echo alive"); out.Stdout != "alive\n" {
 				t.Fatalf("sandbox: %+v", out)
 			}
-			rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
+			rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +310,7 @@ resource "rarecloud_sandbox" "s" {
 	if out, err := destroy.CombinedOutput(); err != nil {
 		t.Fatalf("destroy: %v\n%s", err, out)
 	}
-	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}

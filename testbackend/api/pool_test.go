@@ -7,6 +7,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
@@ -117,7 +118,7 @@ func TestWarmPool(t *testing.T) {
 // were started for the warm pool, claimed or not.
 func poolContainers(ctx context.Context, t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(dir)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,13 +12,15 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
 // instanceContainers counts the containers of the backend on data.
 func instanceContainers(t *testing.T, data string) int {
 	t.Helper()
-	rt, err := container.NewDocker(container.DockerOptions{Instance: testbackend.InstanceID(data)})
+	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	// Again awaited: a concurrent reaper may hold one of these leases
 	// while it removes the same containers.
 	eventually(t, time.Minute, func() error {
-		if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
+		if _, err := instance.Reap(ctx, d, nil); err != nil {
 			return err
 		}
 		for _, data := range []string{keptData, liveData} {
@@ -146,11 +148,11 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	inst := testbackend.InstanceID(data)
-	if err := os.MkdirAll(testbackend.InstancesDir, 0o755); err != nil {
+	inst := instance.ID(data)
+	if err := os.MkdirAll(instance.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(testbackend.InstancesDir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(instance.Dir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rt, err := container.NewDocker(container.DockerOptions{Instance: inst, Network: container.NetworkNone, PullPolicy: "never"})
@@ -173,7 +175,7 @@ func ephemeralLeftover(t *testing.T, root string) string {
 // instance's egress table; ok is false when the table does not exist.
 func deniedBy(t *testing.T, data string) (addrs []string, ok bool) {
 	t.Helper()
-	table := testbackend.EgressTablePrefix + testbackend.InstanceID(data)
+	table := egress.TablePrefix + instance.ID(data)
 	out, err := exec.Command("nft", "list", "set", "inet", table, "deny").CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
@@ -267,7 +269,7 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	eventually(t, time.Minute, func() error {
-		if _, err := testbackend.ReapOrphans(ctx, d, nil); err != nil {
+		if _, err := instance.Reap(ctx, d, nil); err != nil {
 			return err
 		}
 		if _, ok := deniedBy(t, keptData); ok {

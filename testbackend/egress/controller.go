@@ -34,6 +34,10 @@ const (
 	MaxTTL = time.Hour
 )
 
+// TablePrefix starts the name of every backend's nftables table; the rest
+// is the instance id (package instance), so a reaper can tell whose it is.
+const TablePrefix = "rarecloud_egress_"
+
 // Config describes the network and where allowed names are resolved.
 type Config struct {
 	// Table is the nftables table (family inet) of this backend alone.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -102,7 +102,7 @@ func runSoak(o options, so soakOptions, work string) error {
 	deleted = true
 	b.stop() // waits for the background removals, then drains the pool
 	stopped = true
-	res.Leaked = leftContainers(ctx, rig, testbackend.InstanceID(data))
+	res.Leaked = leftContainers(ctx, rig, instance.ID(data))
 	res.Answers, res.Throttled, res.Errors = int(h.answers.Load()), int(h.throttled.Load()), int(h.errors.Load())+apiRow.Errors
 
 	rep.Notes = append(rep.Notes, soakNotes(so, o.pool, res, apiRow)...)

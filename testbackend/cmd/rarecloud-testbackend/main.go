@@ -18,6 +18,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -128,7 +129,7 @@ func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
 		return err
 	}
 	defer d.Close()
-	n, err := testbackend.ReapOrphans(ctx, d, log)
+	n, err := instance.Reap(ctx, d, log)
 	log.Info("reaped the containers of backends that are gone", "containers", n)
 	return err
 }

@@ -1,4 +1,4 @@
-package testbackend
+package instance
 
 import (
 	"context"
@@ -10,100 +10,13 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
-// InstancesDir holds one lease per backend instance that uses the engine:
-// <instance>.lock, flock-ed for as long as the backend runs, holding the
-// backend's data directory. It lives outside every data directory, so a
-// backend whose data directory was deleted after it died can still be
-// told apart from one that is alive.
-var InstancesDir = "/run/rarecloud/instances"
-
-// leaseWait is how long a start waits for the lease of its own instance
-// (a reaper holds it for a moment while it looks; a backend that is still
-// running on the same data directory holds it for good).
-const leaseWait = 15 * time.Second
-
-// leaseEphemeral marks the lease of a backend that nothing starts again on
-// its data (Config.Ephemeral): once it is not held, its containers go.
-const leaseEphemeral = "ephemeral"
-
-// lease is a held instance lock.
-type lease struct {
-	f    *os.File
-	path string
-}
-
-// acquireLease takes the instance's lock and records the data directory in
-// it. It fails when another backend runs on the same data directory.
-func acquireLease(instance, dataDir string, ephemeral bool) (*lease, error) {
-	if err := os.MkdirAll(InstancesDir, 0o755); err != nil {
-		return nil, fmt.Errorf("instance lease: %w", err)
-	}
-	path := filepath.Join(InstancesDir, instance+".lock")
-	deadline := time.Now().Add(leaseWait)
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("instance lease: %w", err)
-		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		switch {
-		case err == nil && sameFile(f, path):
-			if err := f.Truncate(0); err != nil {
-				_ = f.Close()
-				return nil, fmt.Errorf("instance lease: %w", err)
-			}
-			content := dataDir + "\n"
-			if ephemeral {
-				content += leaseEphemeral + "\n"
-			}
-			if _, err := f.WriteAt([]byte(content), 0); err != nil {
-				_ = f.Close()
-				return nil, fmt.Errorf("instance lease: %w", err)
-			}
-			return &lease{f: f, path: path}, nil
-		case err == nil:
-			// A reaper removed the file between our open and our lock.
-			_ = f.Close()
-			continue
-		}
-		_ = f.Close()
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("instance lease %s: %w", path, err)
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("another backend is running on the data directory %s (it holds %s): stop it, or use another --data directory", dataDir, path)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// release lets the lease go. The file stays: it still names the data
-// directory, so once that is deleted a later backend reaps the containers
-// this one left for its next start.
-func (l *lease) release() {
-	if l != nil {
-		_ = l.f.Close()
-	}
-}
-
-// sameFile reports whether f is still the file at path.
-func sameFile(f *os.File, path string) bool {
-	a, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	b, err := os.Stat(path)
-	return err == nil && os.SameFile(a, b)
-}
-
-// ReapOrphans removes the containers of backends that are gone for good:
+// Reap removes the containers of backends that are gone for good:
 // their lease is not held (no backend runs) and the data directory it
 // names no longer exists (no backend can start again on their records), or
 // the backend was ephemeral (a test run's shared backend, never restarted).
@@ -112,7 +25,7 @@ func sameFile(f *os.File, path string) bool {
 // before leases existed, or the lease directory was cleared) are left
 // alone; `make teardown` removes those. It returns how many containers it
 // removed.
-func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) (int, error) {
+func Reap(ctx context.Context, d *container.Docker, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -122,7 +35,7 @@ func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) 
 	}
 	// Leases without containers are swept too, so the directory does not
 	// grow with every test run.
-	if entries, err := os.ReadDir(InstancesDir); err == nil {
+	if entries, err := os.ReadDir(Dir); err == nil {
 		for _, e := range entries {
 			if inst, ok := strings.CutSuffix(e.Name(), ".lock"); ok {
 				if _, seen := others[inst]; !seen {
@@ -168,7 +81,7 @@ func ReapOrphans(ctx context.Context, d *container.Docker, logger *slog.Logger) 
 // reapInstance removes one dead instance's containers and its lease while
 // holding the lease, so that nothing starts on that instance meanwhile.
 func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []container.Owned) (int, error) {
-	path := filepath.Join(InstancesDir, inst+".lock")
+	path := filepath.Join(Dir, inst+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, nil // no lease: not ours to judge
@@ -212,14 +125,14 @@ func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []c
 // reapEgressTables deletes the egress table of every instance that is not
 // running (its lease is not held) and has no container in left.
 func reapEgressTables(ctx context.Context, left map[string][]container.Owned) (int, error) {
-	tables, err := egress.Tables(ctx, EgressTablePrefix)
+	tables, err := egress.Tables(ctx, egress.TablePrefix)
 	if err != nil {
 		return 0, err
 	}
 	removed := 0
 	var errs []error
 	for _, t := range tables {
-		inst := strings.TrimPrefix(t, EgressTablePrefix)
+		inst := strings.TrimPrefix(t, egress.TablePrefix)
 		if len(left[inst]) > 0 || leaseHeld(inst) {
 			continue
 		}
@@ -234,7 +147,7 @@ func reapEgressTables(ctx context.Context, left map[string][]container.Owned) (i
 
 // leaseHeld reports whether a backend runs on instance's lease now.
 func leaseHeld(inst string) bool {
-	f, err := os.Open(filepath.Join(InstancesDir, inst+".lock"))
+	f, err := os.Open(filepath.Join(Dir, inst+".lock"))
 	if err != nil {
 		return false
 	}
