@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
@@ -305,7 +306,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.url = "http://" + ln.Addr().String() + "/v1"
 	var handler http.Handler = api.New(b.mgr, tokens, cfg.Logger, api.Options{MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueWaitMax: cfg.QueueWaitMax, BodyReadTimeout: cfg.BodyReadTimeout})
 	if cfg.ValidateResponses {
-		handler = validating(handler, cfg.Logger)
+		handler = apispec.Validating(handler, cfg.Logger)
 	}
 	b.srv = newServer(handler, cfg.BodyReadTimeout, cfg.ConnIdleTimeout)
 	served := limitConns(ln, cfg.MaxConnsPerAddr, cfg.Logger)

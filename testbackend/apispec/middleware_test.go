@@ -1,4 +1,4 @@
-package testbackend
+package apispec
 
 import (
 	"io"
@@ -7,8 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 )
 
 // An answer openapi.yaml allows goes out unchanged; one it does not allow
@@ -27,7 +25,7 @@ func TestValidatingHandler(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := validating(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			h := Validating(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(tc.status)
 				_, _ = io.WriteString(w, tc.body)
@@ -43,7 +41,7 @@ func TestValidatingHandler(t *testing.T) {
 				t.Fatalf("an undocumented answer went out: %d %s", rec.Code, rec.Body)
 			case !tc.pass:
 				// The replacement is itself a documented answer.
-				if err := apispec.Validate(req, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+				if err := Validate(req, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
 					t.Fatalf("the 500 for a mismatch is undocumented itself: %v", err)
 				}
 			}

@@ -1,4 +1,4 @@
-package testbackend
+package apispec
 
 import (
 	"bytes"
@@ -7,20 +7,18 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 )
 
-// validating checks every answer of h against openapi.yaml before it goes
-// out (Config.ValidateResponses, for test runs). An answer that does not
+// Validating checks every answer of h against openapi.yaml before it goes
+// out (the backend's Config.ValidateResponses, for test runs). An answer that does not
 // match is replaced by a 500 INTERNAL naming the mismatch, so that the
 // request's caller, a test, fails where it happened.
-func validating(h http.Handler, log *slog.Logger) http.Handler {
+func Validating(h http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{header: http.Header{}, status: http.StatusOK}
 		h.ServeHTTP(rec, r)
 		body := rec.body.Bytes()
-		if err := apispec.Validate(r, rec.status, rec.header, body); err != nil {
+		if err := Validate(r, rec.status, rec.header, body); err != nil {
 			log.Error("answer does not match openapi.yaml", "method", r.Method, "path", r.URL.Path, "status", rec.status, "err", err)
 			msg, _, _ := strings.Cut(err.Error(), "\n") // the first line; the log has the rest
 			out, _ := json.Marshal(map[string]any{"ok": false, "error": map[string]string{
