@@ -27,5 +27,6 @@ func (c *Client) ForExec(timeoutMs int64) *Client {
 		waitMin:       c.waitMin,
 		waitMax:       c.waitMax,
 		maxRetryAfter: c.maxRetryAfter,
+		ext:           c.ext,
 	}
 }
