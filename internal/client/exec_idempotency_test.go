@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeExecAPI answers GET /v1/sandboxes/templates (to teach the client the
@@ -272,5 +273,31 @@ func TestCommandKeyedOutcomeStaysUnknown(t *testing.T) {
 	_, err := c.RunCommand(context.Background(), "sbx-1", CommandRequest{Cmd: "true"})
 	if !IsOutcomeUnknown(err) || f.posts != 3 {
 		t.Errorf("err %v after %d attempts, want an unknown outcome after 3", err, f.posts)
+	}
+}
+
+// TestForExecKeepsRetryPolicy: the copy ForExec makes for a long command
+// knows what the client learned of the API's extensions and retries as
+// the client does: a lost answer of a keyed command is resent with its
+// key, and the command runs once.
+func TestForExecKeepsRetryPolicy(t *testing.T) {
+	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+		if n == 1 {
+			bare503(w)
+			return true, true
+		}
+		return false, false
+	}}
+	c := newTestClient(t, f.serve(t), Config{HTTPClient: &http.Client{Timeout: time.Minute}})
+	learn(t, c)
+	ec := c.ForExec(1000)
+	if ec == c {
+		t.Fatal("ForExec did not copy the client: the test shows nothing")
+	}
+	if _, err := ec.RunCommandWithKey(context.Background(), "run-1", "sbx-1", CommandRequest{Cmd: "true", TimeoutMs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if f.posts != 2 || f.runs != 1 || f.keys[0] != "run-1" {
+		t.Errorf("sent %d times with keys %q, ran %d times: want sent twice with the key, ran once", f.posts, f.keys, f.runs)
 	}
 }
