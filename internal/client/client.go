@@ -83,6 +83,8 @@ type Client struct {
 	baseSource string
 	// endpoint remembers that the base URL answered as the RareCloud API.
 	endpoint endpointCheck
+	// ext is what the API's answers said of its extensions.
+	ext *extensions
 }
 
 // NormalizeBaseURL accepts the API base with or without /v1 (and with or
@@ -135,6 +137,7 @@ func New(cfg Config) (*Client, error) {
 		maxRetryAfter: cfg.MaxRetryAfter,
 		maxRetryTime:  cfg.MaxRetryTime,
 		baseSource:    cfg.BaseURLSource,
+		ext:           &extensions{},
 	}
 	if c.baseSource == "" {
 		c.baseSource = "the configuration"

@@ -498,6 +498,9 @@ func TestNonIdempotentPostNotRetriedAfterSend(t *testing.T) {
 	if n.Load() != 1 {
 		t.Errorf("run_code was sent %d times after a lost answer; it must not be retried", n.Load())
 	}
+	if !IsOutcomeUnknown(err) || !IsUnreachable(err) {
+		t.Errorf("err = %v, want an unknown outcome over the connection error", err)
+	}
 }
 
 func TestConnectionErrorRetriedForGet(t *testing.T) {

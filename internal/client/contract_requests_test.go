@@ -58,6 +58,16 @@ func clientCalls() map[string]func(context.Context, *Client) error {
 			_, err := c.RunCommand(ctx, id, CommandRequest{Cmd: "true", TimeoutMs: 1000})
 			return err
 		},
+		"RunCodeWithKey": func(ctx context.Context, c *Client) error {
+			c.ext.execIdempotency.Store(extPresent) // so that the key is sent
+			_, err := c.RunCodeWithKey(ctx, "key-1", id, RunCodeRequest{Language: "python", Code: "print(1)", TimeoutMs: 1000})
+			return err
+		},
+		"RunCommandWithKey": func(ctx context.Context, c *Client) error {
+			c.ext.execIdempotency.Store(extPresent)
+			_, err := c.RunCommandWithKey(ctx, "key-1", id, CommandRequest{Cmd: "true", TimeoutMs: 1000})
+			return err
+		},
 		"WriteFile": func(ctx context.Context, c *Client) error {
 			_, err := c.WriteFile(ctx, id, "/home/user/a", "x")
 			return err

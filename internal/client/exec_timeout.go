@@ -27,5 +27,8 @@ func (c *Client) ForExec(timeoutMs int64) *Client {
 		waitMin:       c.waitMin,
 		waitMax:       c.waitMax,
 		maxRetryAfter: c.maxRetryAfter,
+		maxRetryTime:  c.maxRetryTime,
+		baseSource:    c.baseSource,
+		ext:           c.ext,
 	}
 }

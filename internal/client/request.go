@@ -25,8 +25,11 @@ const (
 	// any transient failure is retried.
 	idempotent retryClass = iota
 	// nonIdempotent: a POST that acts (run code, run a command): retried only
-	// when the server says it did not act (429, 503, SANDBOX_NOT_READY) or
-	// when the connection failed before the request was written.
+	// when the answer proves the server did not act (notRunAnswer), when the
+	// connection failed before the request was written, or when the request
+	// carries an Idempotency-Key the API honours (exec_idempotency.go). Any
+	// other failure after the request was written is an
+	// *OutcomeUnknownError.
 	nonIdempotent
 )
 
@@ -39,6 +42,20 @@ type request struct {
 	class   retryClass
 	// probe marks the call that confirms the endpoint.
 	probe bool
+	// execKey is the Idempotency-Key of a command or run_code call: sent
+	// only to an API that advertises exec idempotency.
+	execKey string
+	// keyed: execKey is sent, so any transient failure may be retried.
+	keyed bool
+}
+
+// outcome is what one failed attempt tells the retry loop.
+type outcome struct {
+	// retry: the failure may be retried, after wait if the server asked.
+	retry bool
+	wait  time.Duration
+	// notRun: the failure proves the server did not act on the request.
+	notRun bool
 }
 
 // envelope is the API's answer: {"ok": true, "data": ...} or
@@ -81,12 +98,28 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 	}
 	target := u.String()
 
+	if req.execKey != "" && c.SupportsExecIdempotency() {
+		// Decided once per call: every attempt carries the same key.
+		headers := map[string]string{"Idempotency-Key": req.execKey}
+		for k, v := range req.headers {
+			headers[k] = v
+		}
+		req.headers, req.keyed = headers, true
+	}
+
 	start := time.Now()
+	// mayHaveRun: an attempt of a non-idempotent call failed in a way that
+	// does not prove the server did not act.
+	mayHaveRun := false
 	for attempt := 0; ; attempt++ {
-		retry, wait, err := c.attempt(ctx, req, target, body, attempt, out)
+		o, err := c.attempt(ctx, req, target, body, attempt, out)
 		if err == nil {
 			return nil
 		}
+		if !o.notRun {
+			mayHaveRun = true
+		}
+		retry, wait := o.retry, o.wait
 		giveUp := !retry || attempt >= c.maxRetries
 		if !giveUp {
 			if wait <= 0 {
@@ -110,7 +143,11 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 					"method": req.method, "path": req.path, "attempts": attempt + 1, "error": err.Error(),
 				})
 			}
-			return c.finalError(ctx, req, err, attempt+1, time.Since(start))
+			err = c.finalError(ctx, req, err, attempt+1, time.Since(start))
+			if req.class == nonIdempotent && mayHaveRun {
+				err = &OutcomeUnknownError{Method: req.method, Path: req.path, Keyed: req.keyed, Err: err}
+			}
+			return err
 		}
 		tflog.SubsystemDebug(ctx, LogSubsystem, "retrying request", map[string]any{
 			"method": req.method, "path": req.path, "attempt": attempt + 1, "wait": wait.String(), "error": err.Error(),
@@ -151,13 +188,14 @@ func (c *Client) finalError(ctx context.Context, req request, err error, attempt
 	return err
 }
 
-// attempt sends one request. It returns whether the failure may be retried
-// and how long the server asked to wait.
-func (c *Client) attempt(ctx context.Context, req request, target string, body []byte, attempt int, out any) (bool, time.Duration, error) {
+// attempt sends one request. On failure it says whether the failure may
+// be retried, how long the server asked to wait, and whether it proves the
+// server did not act.
+func (c *Client) attempt(ctx context.Context, req request, target string, body []byte, attempt int, out any) (outcome, error) {
 	var wrote atomic.Bool
 	hreq, err := c.newHTTPRequest(ctx, req, target, body, &wrote)
 	if err != nil {
-		return false, 0, err
+		return outcome{notRun: true}, err
 	}
 
 	tflog.SubsystemDebug(ctx, LogSubsystem, "sending request", map[string]any{
@@ -175,21 +213,24 @@ func (c *Client) attempt(ctx context.Context, req request, target string, body [
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, 0, fmt.Errorf("%s %s: %w", req.method, req.path, ctx.Err())
+			// Not counted as "may have run": the caller's own deadline
+			// or cancellation is reported as such.
+			return outcome{notRun: true}, fmt.Errorf("%s %s: %w", req.method, req.path, ctx.Err())
 		}
-		retry := (req.class == idempotent || !wrote.Load()) && !permanentReach(err)
+		notRun := !wrote.Load()
+		retry := (req.class == idempotent || notRun || req.keyed) && !permanentReach(err)
 		tflog.SubsystemDebug(ctx, LogSubsystem, "request failed", map[string]any{
 			"method": req.method, "url": target, "error": err.Error(), "request_written": wrote.Load(), "retryable": retry,
 		})
-		return retry, 0, &UnreachableError{
+		return outcome{retry: retry, notRun: notRun}, &UnreachableError{
 			URL: c.BaseURL(), Source: c.baseSource, Method: req.method, Path: req.path, Attempts: 1, Err: unwrapURLError(err),
 		}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		retry := req.class == idempotent
-		return retry, 0, fmt.Errorf("%s %s: reading the answer: %w", req.method, req.path, err)
+		retry := req.class == idempotent || req.keyed
+		return outcome{retry: retry}, fmt.Errorf("%s %s: reading the answer: %w", req.method, req.path, err)
 	}
 
 	tflog.SubsystemDebug(ctx, LogSubsystem, "received response", map[string]any{
@@ -232,8 +273,9 @@ func (c *Client) newHTTPRequest(ctx context.Context, req request, target string,
 }
 
 // decodeAnswer turns an answer into the envelope's data in out or an
-// *APIError, and says whether that error may be retried and after how long.
-func (c *Client) decodeAnswer(ctx context.Context, req request, target string, resp *http.Response, raw []byte, out any) (bool, time.Duration, error) {
+// *APIError, and says whether that error may be retried, after how long,
+// and whether it proves the server did not act.
+func (c *Client) decodeAnswer(ctx context.Context, req request, target string, resp *http.Response, raw []byte, out any) (outcome, error) {
 	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"))
 	if retryAfter > c.maxRetryAfter {
 		retryAfter = c.maxRetryAfter
@@ -257,12 +299,13 @@ func (c *Client) decodeAnswer(ctx context.Context, req request, target string, r
 
 	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
 	if ok2xx && isEnvelope && *env.OK {
+		c.ext.learn(resp.Header)
 		if out != nil && len(env.Data) > 0 {
 			if err := json.Unmarshal(env.Data, out); err != nil {
-				return false, 0, fmt.Errorf("%s %s: decoding the answer's data: %w", req.method, req.path, err)
+				return outcome{}, fmt.Errorf("%s %s: decoding the answer's data: %w", req.method, req.path, err)
 			}
 		}
-		return false, 0, nil
+		return outcome{}, nil
 	}
 
 	apiErr := &APIError{
@@ -284,9 +327,11 @@ func (c *Client) decodeAnswer(ctx context.Context, req request, target string, r
 		// outages in its own words: still worth a retry.
 		apiErr.Message = snippet(raw)
 	default:
-		return false, 0, c.endpointError(req, resp.StatusCode, describeForeignAnswer(resp, raw))
+		// Not the API: whatever answered did not pass the request on as
+		// the API would have answered it.
+		return outcome{notRun: true}, c.endpointError(req, resp.StatusCode, describeForeignAnswer(resp, raw))
 	}
-	return c.retryable(req, apiErr), retryAfter, apiErr
+	return outcome{retry: c.retryable(req, apiErr, isEnvelope), wait: retryAfter, notRun: c.notRunAnswer(apiErr, isEnvelope)}, apiErr
 }
 
 // describeForeignAnswer says what an answer that is not the API's

@@ -20,19 +20,30 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return time.Duration(half + mrand.Float64()*half) //nolint:gosec // jitter, not security
 }
 
-// retryable decides whether an error answer may be retried.
-func (c *Client) retryable(req request, e *APIError) bool {
+// retryable decides whether an error answer may be retried. A
+// non-idempotent request is resent only when the answer proves the server
+// did not act (notRunAnswer), or when it carries an Idempotency-Key the
+// API honours: then a resend returns the first run's answer.
+func (c *Client) retryable(req request, e *APIError, isEnvelope bool) bool {
 	switch e.Code {
+	case CodeCommandOutcomeUnknown:
+		// Stored under the key as it is: a resend would only replay it.
+		return false
 	case CodeSandboxNotReady, CodeIdempotencyInProgress:
 		return true
 	}
+	transient := false
 	switch e.Status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return true
-	case http.StatusBadGateway, http.StatusGatewayTimeout:
-		return req.class == idempotent
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		transient = true
 	}
-	return false
+	switch {
+	case req.class == idempotent || req.keyed:
+		return transient
+	case !transient:
+		return false
+	}
+	return c.notRunAnswer(e, isEnvelope)
 }
 
 func parseRetryAfter(v string) time.Duration {

@@ -195,24 +195,50 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: sandboxPath(id, "")}, &out)
 }
 
-// RunCode answers POST /sandboxes/{id}/run_code.
+// RunCode answers POST /sandboxes/{id}/run_code. It is RunCodeWithKey
+// with a fresh key.
 func (c *Client) RunCode(ctx context.Context, id string, in RunCodeRequest) (*ExecResult, error) {
+	return c.RunCodeWithKey(ctx, NewIdempotencyKey(), id, in)
+}
+
+// RunCodeWithKey answers POST /sandboxes/{id}/run_code with the caller's
+// Idempotency-Key (1 to 255 printable ASCII characters), which is sent
+// only when the API supports exec idempotency (exec_idempotency.go). A
+// call again with the same key and request returns the first run's
+// answer instead of running the code again.
+func (c *Client) RunCodeWithKey(ctx context.Context, key, id string, in RunCodeRequest) (*ExecResult, error) {
+	if err := validIdempotencyKey(key); err != nil {
+		return nil, err
+	}
 	var out ExecResult
-	err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/run_code"), body: in, class: nonIdempotent}, &out)
-	if err != nil {
+	if err := c.do(ctx, execRequest(key, sandboxPath(id, "/run_code"), in), &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// RunCommand answers POST /sandboxes/{id}/commands.
+// RunCommand answers POST /sandboxes/{id}/commands. It is
+// RunCommandWithKey with a fresh key.
 func (c *Client) RunCommand(ctx context.Context, id string, in CommandRequest) (*ExecResult, error) {
+	return c.RunCommandWithKey(ctx, NewIdempotencyKey(), id, in)
+}
+
+// RunCommandWithKey answers POST /sandboxes/{id}/commands with the
+// caller's Idempotency-Key, as RunCodeWithKey does.
+func (c *Client) RunCommandWithKey(ctx context.Context, key, id string, in CommandRequest) (*ExecResult, error) {
+	if err := validIdempotencyKey(key); err != nil {
+		return nil, err
+	}
 	var out ExecResult
-	err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/commands"), body: in, class: nonIdempotent}, &out)
-	if err != nil {
+	if err := c.do(ctx, execRequest(key, sandboxPath(id, "/commands"), in), &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// execRequest is a command or run_code call: not idempotent, with its key.
+func execRequest(key, path string, in any) request {
+	return request{method: http.MethodPost, path: path, body: in, class: nonIdempotent, execKey: key}
 }
 
 // WriteFile answers PUT /sandboxes/{id}/files.

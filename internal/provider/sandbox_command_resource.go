@@ -90,6 +90,10 @@ func (r *sandboxCommandResource) Schema(ctx context.Context, _ resource.SchemaRe
 			"including `triggers`, replaces the resource and so runs it again; `terraform apply -replace=...` runs it again " +
 			"by hand. With `fail_on_nonzero_exit` a failed run fails the apply and the resource is tainted, so the next " +
 			"apply runs it again.\n\n" +
+			"A run is never sent twice. Against an API with exec idempotency (an extension of API v1) it carries an " +
+			"`Idempotency-Key`, so a retry after a lost answer returns the first attempt's result; otherwise, when the " +
+			"answer is lost after the command was sent, the apply fails saying the outcome is unknown instead of running " +
+			"it again: check the sandbox before you apply again.\n\n" +
 			"Refresh keeps the recorded result while the sandbox exists (it never runs anything) and drops the resource when " +
 			"the sandbox is gone. Destroy only forgets the result: it changes nothing in the sandbox. The resource cannot be imported.",
 		Attributes: map[string]schema.Attribute{
@@ -246,16 +250,23 @@ func (r *sandboxCommandResource) Create(ctx context.Context, req resource.Create
 	// The HTTP call lasts as long as the run: a client whose per-attempt
 	// timeout covers timeout_ms.
 	ec := c.ForExec(plan.TimeoutMs.ValueInt64())
+	// One Idempotency-Key for this run, whatever is retried: an API with
+	// exec idempotency answers a resend with the first attempt's result
+	// instead of running the command again.
+	key := client.NewIdempotencyKey()
 	var res *client.ExecResult
 	err := retryBusy(ctx, func() error {
 		var err error
 		if !plan.Command.IsNull() {
-			res, err = ec.RunCommand(ctx, id, client.CommandRequest{Cmd: plan.Command.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
+			res, err = ec.RunCommandWithKey(ctx, key, id, client.CommandRequest{Cmd: plan.Command.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
 		} else {
-			res, err = ec.RunCode(ctx, id, client.RunCodeRequest{Language: plan.Language.ValueString(), Code: plan.Code.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
+			res, err = ec.RunCodeWithKey(ctx, key, id, client.RunCodeRequest{Language: plan.Language.ValueString(), Code: plan.Code.ValueString(), TimeoutMs: plan.TimeoutMs.ValueInt64()})
 		}
 		return err
 	})
+	if info.Replayed.Load() {
+		tflog.Info(ctx, "the API answered a resent command with its first run's result", map[string]any{"sandbox_id": id})
+	}
 	if err != nil {
 		if client.HasCode(err, client.CodeLanguageNotAvailable) {
 			resp.Diagnostics.AddAttributeError(path.Root("language"), summary, apiErrorDetail(id, err))

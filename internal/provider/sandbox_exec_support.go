@@ -83,6 +83,8 @@ func sandboxEnded(err error) bool {
 func addSandboxUseError(diags *diag.Diagnostics, summary, id string, err error) {
 	var u errSandboxUnusable
 	switch {
+	case client.IsOutcomeUnknown(err):
+		diags.AddError(summary+": outcome unknown", outcomeUnknownDetail(id, err))
 	case errors.As(err, &u):
 		diags.AddError(summary, capitalize(u.Error())+".")
 	case sandboxGone(err):
@@ -95,6 +97,38 @@ func addSandboxUseError(diags *diag.Diagnostics, summary, id string, err error) 
 	default:
 		addAPIError(diags, summary, id, err)
 	}
+}
+
+// outcomeUnknownDetail explains a command that may have run although the
+// call failed: what the API (or whatever answered) said, that it was not
+// sent again, and what to do.
+func outcomeUnknownDetail(id string, err error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Sandbox %s: the command may have run, in part or in full, but the provider could not learn how it ended. ", id)
+	var oe *client.OutcomeUnknownError
+	keyed := errors.As(err, &oe) && oe.Keyed
+	if apiErr, ok := client.AsAPIError(err); ok {
+		code := apiErr.Code
+		if code == "" {
+			code = "(not the API's envelope: a proxy or load balancer may have answered)"
+		}
+		fmt.Fprintf(&b, "The last answer was HTTP %d %s: %s. ", apiErr.Status, code, apiErr.Message)
+	} else {
+		last := err
+		if oe != nil {
+			last = oe.Err
+		}
+		fmt.Fprintf(&b, "The call failed: %s. ", strings.TrimRight(errDetail(last), ". "))
+	}
+	if keyed {
+		b.WriteString("The provider sent it with an Idempotency-Key and retried with that key, which cannot run it twice, " +
+			"but got no result within its retries. ")
+	} else {
+		b.WriteString("The provider did not send it again, so that it cannot run twice. ")
+	}
+	b.WriteString("Check the sandbox's state (the files and processes the command changes) before you apply again: " +
+		"the resource was not saved, so the next apply runs the command again.")
+	return b.String()
 }
 
 func capitalize(s string) string {
@@ -131,13 +165,16 @@ func retryBusy(ctx context.Context, fn func() error) error {
 	}
 }
 
-// runCommand runs cmd in the sandbox, retrying a busy API.
+// runCommand runs cmd in the sandbox, retrying a busy API, with one
+// Idempotency-Key for the run. The timeout is fixed before the first
+// attempt: a resend with the key must be the same request.
 func runCommand(ctx context.Context, c *client.Client, id, cmd string, timeout time.Duration) (*client.ExecResult, error) {
 	var res *client.ExecResult
+	key := client.NewIdempotencyKey()
+	ms := execTimeoutMs(ctx, timeout)
 	err := retryBusy(ctx, func() error {
 		var err error
-		ms := execTimeoutMs(ctx, timeout)
-		res, err = c.ForExec(ms).RunCommand(ctx, id, client.CommandRequest{Cmd: cmd, TimeoutMs: ms})
+		res, err = c.ForExec(ms).RunCommandWithKey(ctx, key, id, client.CommandRequest{Cmd: cmd, TimeoutMs: ms})
 		return err
 	})
 	return res, err

@@ -105,7 +105,18 @@ var statusOf = map[string]int{
 	sandbox.CodeHostCapacityExhausted:    http.StatusServiceUnavailable,
 	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
 	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,
+	sandbox.CodeCommandOutcomeUnknown:    http.StatusBadGateway,
 }
+
+// ExtensionsHeader, on every answer, names the extensions of v1 a client
+// must detect before it relies on them (openapi.yaml,
+// components/headers/Extensions): here exec idempotency
+// (sandbox/exec_idempotency.go), whose Idempotency-Key a client sends only
+// to an API that names it.
+const (
+	ExtensionsHeader = "RareCloud-Extensions"
+	Extensions       = "exec-idempotency"
+)
 
 // Server is the HTTP API.
 type Server struct {
@@ -256,6 +267,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "duration", time.Since(start))
 	}()
+	w.Header().Set(ExtensionsHeader, Extensions)
 
 	if r.URL.Path == "/v1/health" {
 		s.health(w, r)

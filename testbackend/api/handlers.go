@@ -37,13 +37,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *call) {
 	s.writeData(w, http.StatusOK, s.mgr.List(c.account, filter))
 }
 
-func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
+// idempotencyKey is the request's Idempotency-Key, "" when it has none;
+// a key that is there must be valid.
+func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get("Idempotency-Key")
 	if _, present := r.Header["Idempotency-Key"]; present {
 		if err := sandbox.ValidateIdempotencyKey(key); err != nil {
-			s.writeErr(w, err)
-			return
+			return "", err
 		}
+	}
+	return key, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.writeErr(w, err)
+		return
 	}
 	var req sandbox.CreateRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -158,13 +168,28 @@ type runCodeRequest struct {
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
 }
 
+// runCode and command take an Idempotency-Key (exec idempotency, an
+// extension of v1): a replayed answer, error or not, says so in
+// Idempotent-Replayed.
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request, c *call) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
 	var req runCodeRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
-	out, err := s.mgr.RunCode(r.Context(), c.account, c.id, req.Language, req.Code, req.TimeoutMs)
+	out, replayed, err := s.mgr.RunCodeWithKey(r.Context(), c.account, c.id, key, req.Language, req.Code, req.TimeoutMs)
+	s.writeExec(w, out, replayed, err)
+}
+
+func (s *Server) writeExec(w http.ResponseWriter, out sandbox.ExecOutput, replayed bool, err error) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	if err != nil {
 		s.writeErr(w, err)
 		return
@@ -178,17 +203,18 @@ type commandRequest struct {
 }
 
 func (s *Server) command(w http.ResponseWriter, r *http.Request, c *call) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
 	var req commandRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
-	out, err := s.mgr.Command(r.Context(), c.account, c.id, req.Cmd, req.TimeoutMs)
-	if err != nil {
-		s.writeErr(w, err)
-		return
-	}
-	s.writeData(w, http.StatusOK, out)
+	out, replayed, err := s.mgr.CommandWithKey(r.Context(), c.account, c.id, key, req.Cmd, req.TimeoutMs)
+	s.writeExec(w, out, replayed, err)
 }
 
 type fileBody struct {

@@ -30,7 +30,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		return res, errors.New("runtime: exec: empty command")
 	}
 	if s, ok, err := d.session(ctx, id); err != nil {
-		return res, err
+		return res, notStarted(err)
 	} else if ok {
 		return d.execAgent(ctx, id, s, req)
 	}
@@ -52,7 +52,8 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		AttachStderr: true,
 	})
 	if err != nil {
-		return res, d.containerErr("exec in", id, err)
+		// The exec is only created, not started.
+		return res, notStarted(d.containerErr("exec in", id, err))
 	}
 	hj, err := d.cli.ContainerExecAttach(ctx, created.ID, dockercontainer.ExecAttachOptions{})
 	if err != nil {
@@ -81,6 +82,11 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	}
 
 	return d.execExit(ctx, id, created.ID, req, start, res)
+}
+
+// notStarted marks an Exec error that came before the process could start.
+func notStarted(err error) error {
+	return fmt.Errorf("%w: %w", ErrExecNotStarted, err)
 }
 
 // collectOutput reads an exec's multiplexed output into capped buffers

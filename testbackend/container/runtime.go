@@ -22,6 +22,10 @@ var (
 	ErrNotFound = errors.New("container not found")
 	// ErrNotRunning means the container exists but is not running.
 	ErrNotRunning = errors.New("container not running")
+	// ErrExecNotStarted wraps an Exec error that came before the process
+	// could start: the request never reached the container. Any other Exec
+	// error may come after the process started.
+	ErrExecNotStarted = errors.New("process not started")
 )
 
 // Labels every owned container carries, so a backend finds its own after a

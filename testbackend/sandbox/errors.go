@@ -33,6 +33,9 @@ const (
 	CodeTooManyRequests       = "TOO_MANY_REQUESTS"
 	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
 	CodeInternal              = "INTERNAL_ERROR"
+	// CodeCommandOutcomeUnknown is an extension of v1 (exec_idempotency.go):
+	// the process of a command or run_code may have run.
+	CodeCommandOutcomeUnknown = "COMMAND_OUTCOME_UNKNOWN"
 )
 
 // Error is a failure the API reports to the caller as is.

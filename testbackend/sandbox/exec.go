@@ -64,27 +64,33 @@ func (m *Manager) runningSnapshot(ctx context.Context, account, id string) (stor
 
 // RunCode runs code in a fresh interpreter process.
 func (m *Manager) RunCode(ctx context.Context, account, id, language, code string, timeoutMs *int64) (ExecOutput, error) {
+	out, _, err := m.RunCodeWithKey(ctx, account, id, "", language, code, timeoutMs)
+	return out, err
+}
+
+// RunCodeWithKey is RunCode with an Idempotency-Key ("" for none): see
+// execOnce. replayed says that the answer is the stored one of an earlier
+// request with the key.
+func (m *Manager) RunCodeWithKey(ctx context.Context, account, id, key, language, code string, timeoutMs *int64) (out ExecOutput, replayed bool, err error) {
 	argv, ok := languages[language]
 	if !ok {
-		return ExecOutput{}, errorf(CodeInvalidLanguage, "language must be python or node, got %q", language)
+		return ExecOutput{}, false, errorf(CodeInvalidLanguage, "language must be python or node, got %q", language)
 	}
 	if utf8.RuneCountInString(code) > MaxFileChars {
-		return ExecOutput{}, errorf(CodePayloadTooLarge, "code is longer than %d characters", MaxFileChars)
+		return ExecOutput{}, false, errorf(CodePayloadTooLarge, "code is longer than %d characters", MaxFileChars)
 	}
 	timeout, verr := execTimeout(timeoutMs)
 	if verr != nil {
-		return ExecOutput{}, verr
+		return ExecOutput{}, false, verr
 	}
-	defer m.activity(account, id)()
-	sb, err := m.runningSnapshot(ctx, account, id)
-	if err != nil {
-		return ExecOutput{}, err
+	prep := func(sb store.Sandbox) (container.ExecRequest, error) {
+		// A custom image brings its own runtimes; a template's are known.
+		if tpl := m.templates[sb.Template]; sb.Image == tpl.Image && !tpl.hasLanguage(language) {
+			return container.ExecRequest{}, errorf(CodeLanguageNotAvailable, "template %s has no %s runtime; create the sandbox from a template that has it (%s)", sb.Template, language, strings.Join(m.templatesWith(language), ", "))
+		}
+		return container.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput}, nil
 	}
-	// A custom image brings its own runtimes; a template's are known.
-	if tpl := m.templates[sb.Template]; sb.Image == tpl.Image && !tpl.hasLanguage(language) {
-		return ExecOutput{}, errorf(CodeLanguageNotAvailable, "template %s has no %s runtime; create the sandbox from a template that has it (%s)", sb.Template, language, strings.Join(m.templatesWith(language), ", "))
-	}
-	return m.exec(ctx, sb, container.ExecRequest{Cmd: argv, Stdin: strings.NewReader(code), Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
+	return m.execOnce(ctx, account, id, key, execRequestHash("run_code", language, code, timeout), prep)
 }
 
 func (m *Manager) templatesWith(language string) []string {
@@ -99,31 +105,53 @@ func (m *Manager) templatesWith(language string) []string {
 
 // Command runs one shell command line with sh -c.
 func (m *Manager) Command(ctx context.Context, account, id, cmd string, timeoutMs *int64) (ExecOutput, error) {
+	out, _, err := m.CommandWithKey(ctx, account, id, "", cmd, timeoutMs)
+	return out, err
+}
+
+// CommandWithKey is Command with an Idempotency-Key ("" for none), as
+// RunCodeWithKey.
+func (m *Manager) CommandWithKey(ctx context.Context, account, id, key, cmd string, timeoutMs *int64) (out ExecOutput, replayed bool, err error) {
 	if strings.TrimSpace(cmd) == "" {
-		return ExecOutput{}, errorf(CodeInvalidCommand, "cmd is required")
+		return ExecOutput{}, false, errorf(CodeInvalidCommand, "cmd is required")
 	}
 	if len(cmd) > MaxCommandLen {
-		return ExecOutput{}, errorf(CodePayloadTooLarge, "cmd is longer than %d bytes; write a script file and run that instead", MaxCommandLen)
+		return ExecOutput{}, false, errorf(CodePayloadTooLarge, "cmd is longer than %d bytes; write a script file and run that instead", MaxCommandLen)
 	}
 	if strings.IndexByte(cmd, 0) >= 0 {
-		return ExecOutput{}, errorf(CodeInvalidCommand, "cmd contains a NUL character")
+		return ExecOutput{}, false, errorf(CodeInvalidCommand, "cmd contains a NUL character")
 	}
 	timeout, verr := execTimeout(timeoutMs)
 	if verr != nil {
-		return ExecOutput{}, verr
+		return ExecOutput{}, false, verr
 	}
+	prep := func(sb store.Sandbox) (container.ExecRequest, error) {
+		return container.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput}, nil
+	}
+	return m.execOnce(ctx, account, id, key, execRequestHash("commands", cmd, "", timeout), prep)
+}
+
+// execPrep builds the process to run in a sandbox that is running, or
+// refuses with an *Error before anything runs.
+type execPrep func(sb store.Sandbox) (container.ExecRequest, error)
+
+// execNow runs one process in the sandbox. started is false when the
+// answer proves that the process did not start (it was refused first, or
+// the runtime says so); otherwise it may have run, even on an error.
+func (m *Manager) execNow(ctx context.Context, account, id string, prep execPrep) (out ExecOutput, started bool, err error) {
 	defer m.activity(account, id)()
 	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
-		return ExecOutput{}, err
+		return ExecOutput{}, false, err
 	}
-	return m.exec(ctx, sb, container.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Env: sb.Env, Timeout: timeout, MaxOutput: MaxExecOutput})
-}
-
-func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req container.ExecRequest) (ExecOutput, error) {
+	req, err := prep(sb)
+	if err != nil {
+		return ExecOutput{}, false, err
+	}
 	res, err := m.rt.Exec(ctx, sb.ContainerID, req)
 	if err != nil {
-		return ExecOutput{}, m.execErr(sb.ID, err)
+		started := !errors.Is(err, container.ErrExecNotStarted)
+		return ExecOutput{}, started, m.execRunErr(sb.ID, started, err)
 	}
 	return ExecOutput{
 		Stdout:          string(res.Stdout),
@@ -133,7 +161,36 @@ func (m *Manager) exec(ctx context.Context, sb store.Sandbox, req container.Exec
 		StdoutTruncated: res.StdoutTruncated,
 		StderrTruncated: res.StderrTruncated,
 		DurationMs:      res.Duration.Milliseconds(),
-	}, nil
+	}, true, nil
+}
+
+// execRunErr maps a failed exec onto the API's answer. Before the process
+// started, it is every runtime error's answer (503 SERVICE_UNAVAILABLE for
+// an engine away: safe to send again). After, a sandbox that stopped is
+// SANDBOX_NOT_RUNNING, and anything else, an engine that broke off above
+// all, is COMMAND_OUTCOME_UNKNOWN: the process may have run, and a client
+// must not take the answer as "not started".
+func (m *Manager) execRunErr(id string, started bool, err error) error {
+	if errors.Is(err, container.ErrEngineUnavailable) {
+		m.engineDown(err)
+	}
+	var e *Error
+	switch {
+	case !started, errors.As(err, &e), errors.Is(err, container.ErrNotFound), errors.Is(err, container.ErrNotRunning):
+		return m.mapRuntimeErr(id, err)
+	case errors.Is(err, container.ErrEngineUnavailable):
+		return outcomeUnknown("the container engine at %s broke off while sandbox %s ran the process", m.rt.Address(), id)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return outcomeUnknown("the request ended before the process in sandbox %s finished", id)
+	default:
+		return outcomeUnknown("sandbox %s: %v", id, strings.TrimSpace(err.Error()))
+	}
+}
+
+// outcomeUnknown is the COMMAND_OUTCOME_UNKNOWN answer: what happened, and
+// that the process may have run.
+func outcomeUnknown(format string, args ...any) *Error {
+	return errorf(CodeCommandOutcomeUnknown, format+"; the process may have run, in part or in full: check the sandbox's state before running it again", args...)
 }
 
 func (m *Manager) execErr(id string, err error) error {

@@ -115,6 +115,7 @@ type Manager struct {
 	expiring map[string]bool // expiring or idling out: their container is being removed, the exit is ours
 	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
+	execKeys map[string]*execKeyring // by sandbox id (exec_idempotency.go)
 	pools    map[string]*warmPool
 	refills  map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
 	// changed holds, per sandbox, a channel closed at its next status change.
@@ -204,6 +205,7 @@ func New(cfg Config) (*Manager, error) {
 		expiring:  map[string]bool{},
 		busy:      map[string]int{},
 		idem:      map[string]*idemEntry{},
+		execKeys:  map[string]*execKeyring{},
 		pools:     map[string]*warmPool{},
 		refills:   map[string]*deferredRefill{},
 		changed:   map[string]chan struct{}{},

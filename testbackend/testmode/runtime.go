@@ -132,7 +132,7 @@ func (r *Runtime) running(id string) (*box, error) {
 // Exec runs nothing: every process exits 0 at once, without output.
 func (r *Runtime) Exec(_ context.Context, id string, _ container.ExecRequest) (container.ExecResult, error) {
 	if _, err := r.running(id); err != nil {
-		return container.ExecResult{}, err
+		return container.ExecResult{}, fmt.Errorf("%w: %w", container.ErrExecNotStarted, err)
 	}
 	zero := 0
 	return container.ExecResult{ExitCode: &zero}, nil
