@@ -36,8 +36,9 @@ const (
 	CodeImageNotAllowed       = "IMAGE_NOT_ALLOWED"
 	CodeImagePlatformMismatch = "IMAGE_PLATFORM_MISMATCH"
 	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
-	// The host's memory for sandboxes, or the account's share of it, is
-	// taken (503 with Retry-After; an extension of API v1).
+	// The account holds its share of the host's sandbox memory (409), or
+	// the host has none left (503 with Retry-After); extensions of API v1.
+	CodeHostShareExceeded     = "HOST_SHARE_EXCEEDED"
 	CodeHostCapacityExhausted = "HOST_CAPACITY_EXHAUSTED"
 	CodeSandboxNotReady       = "SANDBOX_NOT_READY"
 	CodeSandboxNotRunning     = "SANDBOX_NOT_RUNNING"

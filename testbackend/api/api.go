@@ -102,6 +102,7 @@ var statusOf = map[string]int{
 	sandbox.CodeInvalidEgress:            http.StatusUnprocessableEntity,
 	sandbox.CodeEgressControlUnavailable: http.StatusBadRequest,
 	sandbox.CodeVCPULimitExceeded:        http.StatusConflict,
+	sandbox.CodeHostShareExceeded:        http.StatusConflict,
 	sandbox.CodeHostCapacityExhausted:    http.StatusServiceUnavailable,
 	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
 	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,

@@ -177,15 +177,17 @@ func TestVCPULimitConcurrent(t *testing.T) {
 
 // TestHostCapacityIsShared: on a host with room for seven base sandboxes
 // (8 GiB at overcommit 1, each counted at 1 GiB and gVisor's 64 MiB), an
-// account with vCPUs to spare asks for twelve at once: the nine past its
-// share (half the host) are refused at once with 503
-// HOST_CAPACITY_EXHAUSTED and a Retry-After, the sandbox memory never
-// exceeds the host's, and another account's create made during the burst
-// is accepted and runs.
+// account with vCPUs to spare asks for twelve at once: the eight past its
+// share (60% of the host: four) are refused at once with 409
+// HOST_SHARE_EXCEEDED naming the share, and another account's create
+// made during the burst is accepted and runs. That account may fill the
+// rest of the host, and the create past it answers 503
+// HOST_CAPACITY_EXHAUSTED with a Retry-After: the sandboxes' memory never
+// exceeds the host's.
 func TestHostCapacityIsShared(t *testing.T) {
 	t.Parallel()
 	b, err := startBackend(t.TempDir(), testbackend.Config{
-		PoolSize: 0, HostMemoryBytes: 10 << 30, HostMemoryReserve: 2 << 30, MemoryOvercommit: 1, HostShare: 0.5,
+		PoolSize: 0, HostMemoryBytes: 10 << 30, HostMemoryReserve: 2 << 30, MemoryOvercommit: 1, HostShare: 0.6,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -194,10 +196,10 @@ func TestHostCapacityIsShared(t *testing.T) {
 	c := newClient(t, b.URL())
 	c.Continue = true
 	type answer struct {
-		status     int
-		code, msg  string
-		retryAfter string
-		id         string
+		status int
+		code   string
+		msg    string
+		id     string
 	}
 	answers := make(chan answer, 12)
 	var wg sync.WaitGroup
@@ -206,7 +208,7 @@ func TestHostCapacityIsShared(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := c.Do("POST", "/sandboxes", tokA, map[string]any{"template": "base"}, nil)
-			a := answer{status: r.Status, code: r.ErrCode(), retryAfter: r.Header.Get("Retry-After")}
+			a := answer{status: r.Status, code: r.ErrCode()}
 			if r.Env.Error != nil {
 				a.msg = r.Env.Error.Message
 			}
@@ -217,7 +219,7 @@ func TestHostCapacityIsShared(t *testing.T) {
 		}()
 	}
 	// The other account, during the burst.
-	other := c.Running(tokB, map[string]any{"template": "base"})
+	others := []string{c.Running(tokB, map[string]any{"template": "base"}).ID}
 	wg.Wait()
 	close(answers)
 	var created []string
@@ -226,25 +228,38 @@ func TestHostCapacityIsShared(t *testing.T) {
 		switch {
 		case a.status == http.StatusCreated:
 			created = append(created, a.id)
-		case a.status == http.StatusServiceUnavailable && a.code == sandbox.CodeHostCapacityExhausted && a.retryAfter != "" &&
+		case a.status == http.StatusConflict && a.code == sandbox.CodeHostShareExceeded &&
 			strings.Contains(a.msg, "acct-a") && strings.Contains(a.msg, "share"):
 			refused++
 		default:
-			t.Errorf("a create of the burst answered %d %s %q (Retry-After %q)", a.status, a.code, a.msg, a.retryAfter)
+			t.Errorf("a create of the burst answered %d %s %q", a.status, a.code, a.msg)
 		}
 	}
-	// 3 x 1.0625 GiB fit in acct-a's 4 GiB share, a fourth does not.
-	if len(created) != 3 || refused != 9 {
-		t.Fatalf("12 creates for a share of 3: %d created, %d refused", len(created), refused)
+	// 4 x 1.0625 GiB fit in acct-a's 4.8 GiB share, a fifth does not.
+	if len(created) != 4 || refused != 8 {
+		t.Fatalf("12 creates for a share of 4: %d created, %d refused", len(created), refused)
+	}
+	t.Cleanup(func() {
+		for _, id := range created {
+			c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
+		}
+		for _, id := range others {
+			c.Do("DELETE", "/sandboxes/"+id, tokB, nil, nil)
+		}
+	})
+	// The other account fills the host: 4 + 3 sandboxes fit in 8 GiB, an
+	// eighth does not, whatever share is left.
+	for range 2 {
+		others = append(others, c.Create(tokB, map[string]any{"template": "base"}).ID)
+	}
+	r := c.Do("POST", "/sandboxes", tokB, map[string]any{"template": "base"}, nil)
+	if r.Status != http.StatusServiceUnavailable || r.ErrCode() != sandbox.CodeHostCapacityExhausted || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a create past the host's memory: %v (Retry-After %q)", r, r.Header.Get("Retry-After"))
 	}
 	for _, id := range created {
 		c.WaitStatus(tokA, id, apitest.WaitTimeout, "running")
 	}
-	if got := c.Get(tokB, other.ID); got.Status != "running" {
+	if got := c.Get(tokB, others[0]); got.Status != "running" {
 		t.Fatalf("the other account's sandbox: %+v", got)
 	}
-	for _, id := range created {
-		c.Do("DELETE", "/sandboxes/"+id, tokA, nil, nil)
-	}
-	c.Do("DELETE", "/sandboxes/"+other.ID, tokB, nil, nil)
 }

@@ -118,7 +118,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 func retryable(code string) bool {
 	// A full account is transient too: a delete frees capacity at once.
 	return code == CodeServiceUnavailable || code == CodeInternal || code == CodeTooManyRequests || code == CodeVCPULimitExceeded ||
-		code == CodeHostCapacityExhausted
+		code == CodeHostShareExceeded || code == CodeHostCapacityExhausted
 }
 
 // MarshalJSON lets a stored client error be replayed as it was.

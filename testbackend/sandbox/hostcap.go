@@ -36,9 +36,14 @@ const (
 	sandboxOverhead = 64 << 20
 )
 
-// CodeHostCapacityExhausted: the machine, or the account's share of it,
-// has no memory left for the sandbox (503, with Retry-After).
-const CodeHostCapacityExhausted = "HOST_CAPACITY_EXHAUSTED"
+// CodeHostShareExceeded: the account holds its share of the host's
+// sandbox memory (409, like its vCPU limit: its own sandboxes are what to
+// delete). CodeHostCapacityExhausted: the host has no memory left for
+// the sandbox, whoever holds it (503, with Retry-After).
+const (
+	CodeHostShareExceeded     = "HOST_SHARE_EXCEEDED"
+	CodeHostCapacityExhausted = "HOST_CAPACITY_EXHAUSTED"
+)
 
 // hostCapacityRetry is the Retry-After of that answer, in seconds.
 const hostCapacityRetry = 30
@@ -100,8 +105,8 @@ func (m *Manager) checkHostCapacityLocked(account string, tpl Template) *Error {
 	share := int64(float64(capacity) * m.cfg.HostShare)
 	switch {
 	case mine+need > share:
-		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
-			"account %s holds %s of this host's sandbox memory, its share (%.0f%% of %s); a %s sandbox needs %s more. Delete sandboxes you no longer need, or retry later",
+		return &Error{Code: CodeHostShareExceeded, Message: fmt.Sprintf(
+			"account %s holds %s of this host's sandbox memory, its share (%.0f%% of %s); a %s sandbox needs %s more. Delete sandboxes you no longer need (capacity frees at once)",
 			account, fmtBytes(mine), m.cfg.HostShare*100, fmtBytes(capacity), tpl.Name, fmtBytes(need))}
 	case all+need > capacity:
 		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
