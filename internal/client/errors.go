@@ -35,12 +35,16 @@ const (
 	// The image's own metadata refused it (extensions of API v1).
 	CodeImageNotAllowed       = "IMAGE_NOT_ALLOWED"
 	CodeImagePlatformMismatch = "IMAGE_PLATFORM_MISMATCH"
-	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
-	CodeSandboxNotReady       = "SANDBOX_NOT_READY"
-	CodeSandboxNotRunning     = "SANDBOX_NOT_RUNNING"
-	CodeLanguageNotAvailable  = "LANGUAGE_NOT_AVAILABLE"
-	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
-	CodeIdempotencyInProgress = "IDEMPOTENCY_IN_PROGRESS"
+	// The registry policy or the pull limits refused it (extensions of API v1).
+	CodeImageRegistryNotAllowed  = "IMAGE_REGISTRY_NOT_ALLOWED"
+	CodeImagePrivateNotSupported = "IMAGE_PRIVATE_NOT_SUPPORTED"
+	CodeImageTooLarge            = "IMAGE_TOO_LARGE"
+	CodeServiceUnavailable       = "SERVICE_UNAVAILABLE"
+	CodeSandboxNotReady          = "SANDBOX_NOT_READY"
+	CodeSandboxNotRunning        = "SANDBOX_NOT_RUNNING"
+	CodeLanguageNotAvailable     = "LANGUAGE_NOT_AVAILABLE"
+	CodeIdempotencyKeyReused     = "IDEMPOTENCY_KEY_REUSED"
+	CodeIdempotencyInProgress    = "IDEMPOTENCY_IN_PROGRESS"
 	// CodeTooManyRequests comes with HTTP 429 and a Retry-After header;
 	// the client retries on the status, whatever the code.
 	CodeTooManyRequests = "TOO_MANY_REQUESTS"

@@ -104,6 +104,9 @@ var statusOf = map[string]int{
 	sandbox.CodeVCPULimitExceeded:        http.StatusConflict,
 	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
 	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,
+	sandbox.CodeImageRegistryNotAllowed:  http.StatusUnprocessableEntity,
+	sandbox.CodeImagePrivateNotSupported: http.StatusUnprocessableEntity,
+	sandbox.CodeImageTooLarge:            http.StatusUnprocessableEntity,
 }
 
 // Server is the HTTP API.
