@@ -12,7 +12,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/registrytest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
 // Tokens of the shared backend.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/registrytest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
 // removeImageLater removes ref's image from the engine when the test ends

@@ -11,7 +11,7 @@ import (
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/registrytest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
 // Every kind of address the backend does not pull from is blocked, and a

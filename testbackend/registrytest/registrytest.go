@@ -6,6 +6,7 @@ package registrytest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -52,7 +53,14 @@ type Options struct {
 // Start serves a registry until the test ends.
 func Start(t testing.TB, opts Options) *Registry {
 	t.Helper()
-	r := &Registry{user: opts.User, pw: opts.Password}
+	r, stop := Serve(opts)
+	t.Cleanup(stop)
+	return r
+}
+
+// Serve serves a registry until stop is called (for a TestMain).
+func Serve(opts Options) (r *Registry, stop func()) {
+	r = &Registry{user: opts.User, pw: opts.Password}
 	inner := registry.New(registry.Logger(nopLogger()))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
@@ -69,9 +77,8 @@ func Start(t testing.TB, opts Options) *Registry {
 		inner.ServeHTTP(rec, req)
 		r.record(req, rec.status)
 	}))
-	t.Cleanup(srv.Close)
 	r.Host = strings.TrimPrefix(srv.URL, "http://")
-	return r
+	return r, srv.Close
 }
 
 func (r *Registry) record(req *http.Request, status int) {
@@ -116,10 +123,19 @@ func (r *Registry) BlobGETs(repo string, h v1.Hash) int {
 // Push writes img as repo:tag and returns its reference.
 func (r *Registry) Push(t testing.TB, repoTag string, img v1.Image) string {
 	t.Helper()
+	ref, err := r.PushImage(repoTag, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// PushImage is Push returning its error.
+func (r *Registry) PushImage(repoTag string, img v1.Image) (string, error) {
 	ref := r.Host + "/" + repoTag
 	tag, err := name.NewTag(ref)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -128,9 +144,9 @@ func (r *Registry) Push(t testing.TB, repoTag string, img v1.Image) string {
 		auth = &authn.Basic{Username: r.user, Password: r.pw}
 	}
 	if err := remote.Write(tag, img, remote.WithContext(ctx), remote.WithAuth(auth)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
+		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
-	return ref
+	return ref, nil
 }
 
 // RandomImage is an image of layers random layers of size bytes each
