@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,4 +142,48 @@ func shared0Host(t *testing.T) string {
 	t.Helper()
 	realBackend(t)
 	return shared.Runtime().Address()
+}
+
+// Ten creates at once of one image that is not on the engine cause one
+// pull, counted at the registry: one manifest fetch by tag and one fetch
+// of the image's config blob.
+func TestConcurrentCreatesSharePull(t *testing.T) {
+	t.Parallel()
+	reg := registrytest.Start(t, registrytest.Options{})
+	img := registrytest.BaseImage(t, shared0Host(t))
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Push(t, "team/once:1", img)
+	removeImageLater(t, shared0Host(t), ref)
+	c := pullingBackend(t, reg.Host)
+	var wg sync.WaitGroup
+	status := make([]int, 10)
+	for i := range status {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, env := c.Raw("POST", "/sandboxes", tokA, map[string]any{"image": ref}, nil)
+			status[i] = code
+			var sb struct {
+				ID string `json:"id"`
+			}
+			if code == http.StatusCreated && jsonUnmarshal(env.Data, &sb) == nil {
+				c.Raw("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, code := range status {
+		if code != http.StatusCreated {
+			t.Errorf("create %d: HTTP %d, want 201", i, code)
+		}
+	}
+	byTag := reg.Count(func(q registrytest.Request) bool {
+		return q.Method == http.MethodGet && q.Path == "/v2/team/once/manifests/1"
+	})
+	if blobs := reg.BlobGETs("team/once", cfg); byTag != 1 || blobs != 1 {
+		t.Fatalf("10 concurrent creates: %d manifest GETs by tag and %d config blob GETs at the registry, want 1 and 1", byTag, blobs)
+	}
 }

@@ -186,3 +186,63 @@ func TestImageBudgetRemovesLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("%s, unused and older, is still there", b)
 	}
 }
+
+// An image gone between the create's ensure and the start (removed by the
+// budget, or by hand) is pulled again by Start; when that pull fails,
+// Start answers the backend's own pull refusal, which the sandbox's
+// start_failed message carries, and nothing the registry said.
+func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "team/again:1", registrytest.BaseImage(t, testHost()))
+	d := pullRuntime(t, reg, DockerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gone := func() {
+		t.Helper()
+		if err := d.EnsureImage(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		d.imgMu.Lock()
+		p := *d.pulled[ref]
+		d.imgMu.Unlock()
+		d.removeRefs(p.ref, p.pinned)
+		if present(t, d, ref) {
+			t.Fatalf("%s still there after its removal", ref)
+		}
+	}
+	gone()
+	spec := testSpec(t)
+	spec.Image = ref
+	spec.Name = "rt-again-" + randomID(t)
+	start(t, d, spec)
+	if !present(t, d, ref) {
+		t.Fatalf("Start ran without %s", ref)
+	}
+	if err := d.Remove(ctx, spec.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	gone()
+	// The registry forgets the image: the second pull fails.
+	regless := pullRuntime(t, registrytest.Start(t, registrytest.Options{}), DockerOptions{})
+	spec2 := testSpec(t)
+	spec2.Image = strings.Replace(ref, reg.Host, regless.registriesHost(), 1)
+	spec2.Name = "rt-again-" + randomID(t)
+	_, err := regless.Start(ctx, spec2)
+	if refusedRule(err) != RulePull || !strings.Contains(err.Error(), spec2.Image) {
+		t.Fatalf("start after a failed pull: %v, want the backend's own %s refusal naming the image", err, RulePull)
+	}
+	for _, leak := range []string{"http://", "MANIFEST_UNKNOWN", "manifest unknown", "Error response from daemon"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("start error %q carries %q", err, leak)
+		}
+	}
+}
+
+// registriesHost is the one registry a test runtime allows.
+func (d *Docker) registriesHost() string {
+	for h := range d.registries.allow {
+		return h
+	}
+	return ""
+}
