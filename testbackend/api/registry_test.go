@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 
@@ -25,10 +26,24 @@ func removeImageLater(t *testing.T, host, ref string) {
 			return
 		}
 		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// The backend removes a deleted sandbox's container in the
+		// background, and an image a running container uses stays: try
+		// until it is gone.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if img, err := cli.ImageInspect(ctx, ref); err == nil {
-			_, _ = cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		img, err := cli.ImageInspect(ctx, ref)
+		if err != nil {
+			return
+		}
+		for {
+			_, err := cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+			if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
+				if err != nil {
+					t.Logf("cleanup: image %s stays: %v", ref, err)
+				}
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
 	})
 }
