@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -245,4 +246,47 @@ func (d *Docker) registriesHost() string {
 		return h
 	}
 	return ""
+}
+
+// Every address of this host's interfaces is blocked, whatever its range.
+func TestBlockedAddrOwn(t *testing.T) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ia := range addrs {
+		n, ok := ia.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		if blockedAddr(ip) == "" {
+			t.Errorf("own address %s is not blocked", ip)
+		}
+	}
+}
+
+// What the engine or a registry says about credentials is the private
+// answer; anything else the generic one; neither carries that text.
+func TestRegistryErrSanitized(t *testing.T) {
+	d := &Docker{}
+	const ref = "registry.example/team/py:1"
+	for text, rule := range map[string]string{
+		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  RulePrivate,
+		"unauthorized: authentication required":                                                           RulePrivate,
+		"pull access denied for team/py, repository does not exist or may require 'docker login': denied": RulePrivate,
+		`manifest for registry.example/team/py:1 not found: manifest unknown: manifest unknown`:           RulePull,
+		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          RulePull,
+		`error pulling sha256:4019401abc: unexpected EOF`:                                                 RulePull,
+	} {
+		err := d.registryErr(ref, errors.New(text))
+		if refusedRule(err) != rule || !strings.Contains(err.Error(), ref) {
+			t.Errorf("%q: %v, want a %s refusal naming the image", text, err, rule)
+		}
+		for _, leak := range []string{"http", "127.0.0.1", "10.1.2.3", "manifest unknown", "no basic auth", "EOF"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("%q: the answer %q carries %q", text, err, leak)
+			}
+		}
+	}
 }
