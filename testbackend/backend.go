@@ -52,13 +52,26 @@ type Config struct {
 	// may read or write (--allow-shared-tokens-file); without it such a
 	// file is refused: anyone who can read it has every token in it.
 	AllowSharedTokensFile bool
-	Tokens                []Token       // in-process callers pass tokens directly; each token once
-	Mode                  string        // "real" (default) or "test"
-	DockerHost            string        // default $DOCKER_HOST, else the engine make setup started
-	Runtime               string        // OCI runtime, default "runsc"
-	Pull                  string        // "missing" (default) or "never"
-	Network               string        // Docker network for sandboxes; default the one make setup made, "none" for no network
-	Retention             time.Duration // how long exited run-mode records stay readable; default 24h
+	Tokens                []Token // in-process callers pass tokens directly; each token once
+	Mode                  string  // "real" (default) or "test"
+	DockerHost            string  // default $DOCKER_HOST, else the engine make setup started
+	Runtime               string  // OCI runtime, default "runsc"
+	Pull                  string  // "missing" (default) or "never"
+	// Pulls of custom images (IMAGES.md, "Where images come from"):
+	// AllowRegistries are registries (host[:port], exactly as image
+	// references spell them) pulled from whatever address they have; any
+	// other must resolve to public addresses only. PullTimeout bounds a
+	// pull (default container.DefaultPullTimeout); MaxImageBytes an image
+	// unpacked and MaxDownloadBytes its declared compressed size;
+	// ImageBudgetBytes what pulled images may take before unused ones go.
+	// Zero values take the defaults (container.Default*).
+	AllowRegistries  []string
+	PullTimeout      time.Duration
+	MaxImageBytes    int64
+	MaxDownloadBytes int64
+	ImageBudgetBytes int64
+	Network          string        // Docker network for sandboxes; default the one make setup made, "none" for no network
+	Retention        time.Duration // how long exited run-mode records stay readable; default 24h
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
@@ -248,12 +261,17 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, err
 		}
 		b.rt, err = container.NewDocker(container.DockerOptions{
-			Host:        cfg.DockerHost,
-			RuntimeName: cfg.Runtime,
-			Network:     cfg.Network,
-			PullPolicy:  cfg.Pull,
-			Instance:    instance.ID(dataDir),
-			Agent:       cfg.Agent,
+			Host:             cfg.DockerHost,
+			RuntimeName:      cfg.Runtime,
+			Network:          cfg.Network,
+			PullPolicy:       cfg.Pull,
+			AllowRegistries:  cfg.AllowRegistries,
+			PullTimeout:      cfg.PullTimeout,
+			MaxImageBytes:    cfg.MaxImageBytes,
+			MaxDownloadBytes: cfg.MaxDownloadBytes,
+			ImageBudgetBytes: cfg.ImageBudgetBytes,
+			Instance:         instance.ID(dataDir),
+			Agent:            cfg.Agent,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
@@ -272,6 +290,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		Runtime:        b.rt,
 		Store:          st,
 		Retention:      cfg.Retention,
+		PullTimeout:    cfg.PullTimeout,
 		MinIdleTimeout: cfg.MinIdleTimeout,
 		HomeBytes:      cfg.HomeBytes,
 		TmpBytes:       cfg.TmpBytes,

@@ -35,7 +35,11 @@ const (
 	// The image's own metadata refused it (extensions of API v1).
 	CodeImageNotAllowed       = "IMAGE_NOT_ALLOWED"
 	CodeImagePlatformMismatch = "IMAGE_PLATFORM_MISMATCH"
-	CodeServiceUnavailable    = "SERVICE_UNAVAILABLE"
+	// The registry policy or the pull limits refused it (extensions of API v1).
+	CodeImageRegistryNotAllowed  = "IMAGE_REGISTRY_NOT_ALLOWED"
+	CodeImagePrivateNotSupported = "IMAGE_PRIVATE_NOT_SUPPORTED"
+	CodeImageTooLarge            = "IMAGE_TOO_LARGE"
+	CodeServiceUnavailable       = "SERVICE_UNAVAILABLE"
 	// The account holds its share of the host's sandbox memory (409), or
 	// the host has none left (503 with Retry-After); extensions of API v1.
 	CodeHostShareExceeded     = "HOST_SHARE_EXCEEDED"

@@ -66,6 +66,12 @@ func hintFor(code string) string {
 		return "Only public images are supported; check the image reference."
 	case client.CodeImageNotAllowed:
 		return "Change the image: a sandbox image may not declare a VOLUME at /, in /proc, /sys or /dev, nor more than 16 of them."
+	case client.CodeImageRegistryNotAllowed:
+		return "Use an image from a public registry; a registry on a loopback, private or link-local address is pulled from only when the API's operator allows it."
+	case client.CodeImagePrivateNotSupported:
+		return "Private custom images are not supported yet, only public ones."
+	case client.CodeImageTooLarge:
+		return "Use a smaller image; the API bounds an image's size, compressed and unpacked."
 	case client.CodeImagePlatformMismatch:
 		return "Use an image built for the platform the API runs sandboxes on (the local backend's is its host's), or a multi-platform image."
 	case client.CodeServiceUnavailable:

@@ -21,6 +21,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
 // testAccProtoV6ProviderFactories runs the provider in-process for the
@@ -44,6 +45,9 @@ var acc struct {
 	backend *testbackend.Backend
 	url     string
 	err     error
+	// registry is an OCI registry in this process on 127.0.0.1 that the
+	// backend is allowed to pull from (--allow-registry): custom images.
+	registry *registrytest.Registry
 }
 
 func TestMain(m *testing.M) {
@@ -79,12 +83,19 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 		defer closeLog()
+		reg, stopRegistry := registrytest.Serve(registrytest.Options{})
+		defer stopRegistry()
+		defer registrytest.Cleanup()
+		acc.registry = reg
 		b, err := testbackend.New(ctx, testbackend.Config{
 			Logger:  logger,
 			Listen:  "127.0.0.1:0",
 			DataDir: dataDir,
 			Mode:    "real",
-			Pull:    "never",
+			// Missing images are pulled: from the registry above, which
+			// alone is allowed; nothing else on this machine has internet.
+			Pull:            "missing",
+			AllowRegistries: []string{reg.Host},
 			// Every answer the provider gets is checked against openapi.yaml.
 			ValidateResponses: true,
 			Tokens: []testbackend.Token{

@@ -107,6 +107,9 @@ var statusOf = map[string]int{
 	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
 	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,
 	sandbox.CodeCommandOutcomeUnknown:    http.StatusBadGateway,
+	sandbox.CodeImageRegistryNotAllowed:  http.StatusUnprocessableEntity,
+	sandbox.CodeImagePrivateNotSupported: http.StatusUnprocessableEntity,
+	sandbox.CodeImageTooLarge:            http.StatusUnprocessableEntity,
 }
 
 // ExtensionsHeader, on every answer, names the extensions of v1 a client

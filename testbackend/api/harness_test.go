@@ -12,6 +12,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
 // Tokens of the shared backend.
@@ -70,6 +71,7 @@ func startBackend(dir string, cfg testbackend.Config) (*testbackend.Backend, err
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	registrytest.Cleanup()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}

@@ -64,6 +64,25 @@ type DockerOptions struct {
 	// EngineNetworking has the engine network sandboxes even where the
 	// backend could wire them itself (netns.go): to compare the two.
 	EngineNetworking bool
+
+	// Pulls (registry.go, docker_images.go, image_store.go). AllowRegistries
+	// are registries (host[:port], exactly as image references spell them)
+	// pulled from whatever their address; any other registry must resolve
+	// to public addresses only. Zero values take the defaults.
+	AllowRegistries []string
+	// RegistryLookupTimeout bounds resolving a registry's name (5s).
+	RegistryLookupTimeout time.Duration
+	// PullTimeout bounds one pull, shared by every create waiting for it
+	// (DefaultPullTimeout).
+	PullTimeout time.Duration
+	// MaxImageBytes bounds an image unpacked (DefaultMaxImageBytes);
+	// MaxDownloadBytes its compressed size as its manifest declares it
+	// (DefaultMaxDownloadBytes).
+	MaxImageBytes    int64
+	MaxDownloadBytes int64
+	// ImageBudgetBytes is what the images this runtime pulled may take
+	// before unused ones are removed (DefaultImageBudgetBytes).
+	ImageBudgetBytes int64
 }
 
 // Docker is a Runtime backed by a Docker engine.
@@ -86,6 +105,16 @@ type Docker struct {
 	attachTimeout time.Duration
 	noAgent       map[string]bool   // containers known to have no agent
 	killed        map[string]string // containers this runtime killed, with why (see hostileAgent)
+
+	registries       *registryPolicy
+	pullTimeout      time.Duration
+	maxImageBytes    int64
+	maxDownloadBytes int64
+	imageBudget      int64
+	imageHold        time.Duration          // tests shorten it
+	imgMu            sync.Mutex             // guards the two below; never held across an engine call
+	flights          map[string]*pullFlight // pulls under way, by reference
+	pulled           map[string]*pulled     // images this runtime pulled, by reference
 
 	platformMu   sync.Mutex // guards the two below
 	platformOS   string     // the engine's, once asked (image_policy.go)
@@ -117,6 +146,10 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		network = DefaultNetwork
 	}
 	dns, err := sandboxDNS(network, opts.DNS)
+	if err != nil {
+		return nil, err
+	}
+	registries, err := newRegistryPolicy(opts.AllowRegistries, opts.RegistryLookupTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +193,23 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		attachTimeout: defaultAttachTimeout,
 		noAgent:       map[string]bool{},
 		killed:        map[string]string{},
+
+		registries:       registries,
+		pullTimeout:      orDefault(opts.PullTimeout, DefaultPullTimeout),
+		maxImageBytes:    orDefault(opts.MaxImageBytes, DefaultMaxImageBytes),
+		maxDownloadBytes: orDefault(opts.MaxDownloadBytes, DefaultMaxDownloadBytes),
+		imageBudget:      orDefault(opts.ImageBudgetBytes, DefaultImageBudgetBytes),
+		imageHold:        imageHold,
+		flights:          map[string]*pullFlight{},
+		pulled:           map[string]*pulled{},
 	}, nil
+}
+
+func orDefault[T int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Address is the engine address, for error messages.

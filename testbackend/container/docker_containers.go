@@ -31,6 +31,13 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 		return "", errors.New("runtime: Spec.Image is empty")
 	}
 	img, err := d.inspectImage(ctx, spec.Image)
+	if errors.Is(err, ErrImageUnavailable) && d.pull != PullNever {
+		// Gone since the create ensured it (removed to keep the image
+		// budget, or by hand): pulled again, under the same rules.
+		if err = d.EnsureImage(ctx, spec.Image); err == nil {
+			img, err = d.inspectImage(ctx, spec.Image)
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -67,6 +74,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 			return "", fmt.Errorf("runtime: create container from %s: %w", spec.Image, err)
 		}
 	}
+	d.startedFrom(spec.Image) // a container uses it now: no hold needed
 	if d.own != nil {
 		if err := d.wireNet(created.ID, spec.IPv4, hosts); err != nil {
 			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

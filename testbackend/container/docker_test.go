@@ -550,13 +550,19 @@ func TestEnsureImage(t *testing.T) {
 	t.Logf("pull never: %v", err)
 
 	// A pull that fails: a registry on a loopback port nobody listens on
-	// (no traffic leaves the machine).
-	missing := requireEngine(t, DockerOptions{PullPolicy: PullMissing})
+	// (no traffic leaves the machine), allowed, so the pull is tried; the
+	// error is the backend's own (registry.go). Not allowed, it is refused.
+	missing := requireEngine(t, DockerOptions{PullPolicy: PullMissing, AllowRegistries: []string{"127.0.0.1:9"}})
 	err = missing.EnsureImage(ctx, "127.0.0.1:9/rarecloud/none:latest")
-	if !errors.Is(err, ErrImageUnavailable) {
-		t.Fatalf("failing pull: %v, want ErrImageUnavailable", err)
+	var refused *ImageRefusedError
+	if !errors.As(err, &refused) || refused.Rule != RulePull || strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("failing pull: %v, want the backend's own %s refusal", err, RulePull)
 	}
 	t.Logf("failing pull: %v", err)
+	err = requireEngine(t, DockerOptions{PullPolicy: PullMissing}).EnsureImage(ctx, "127.0.0.1:9/rarecloud/none:latest")
+	if !errors.As(err, &refused) || refused.Rule != RuleRegistry {
+		t.Fatalf("pull from a loopback registry not allowed: %v, want a %s refusal", err, RuleRegistry)
+	}
 
 	// Start with a missing image says so too.
 	spec := testSpec(t)

@@ -115,8 +115,10 @@ type Runtime interface {
 	Ping(ctx context.Context) error
 	// Address is the engine address, for error messages.
 	Address() string
-	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable otherwise;
-	// ErrImageRefused (an *ImageRefusedError) for an image the runtime will not run (image_policy.go).
+	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable when it
+	// may not pull; ErrImageRefused (an *ImageRefusedError) for an image the runtime will not run
+	// (image_policy.go), a registry or size it refuses, or a pull that failed (registry.go): the
+	// refusal's message is for clients and carries nothing a registry or the engine said.
 	EnsureImage(ctx context.Context, ref string) error
 	// Start creates and starts a locked-down container and returns its id; the image's metadata is
 	// neutralised, and a refused image is ErrImageRefused (image_policy.go).

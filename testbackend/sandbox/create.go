@@ -253,7 +253,12 @@ func (m *Manager) ensureImage(ctx context.Context, image string) error {
 			return e
 		}
 		if errors.Is(err, container.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-			return errorf(CodeImagePullFailed, "image %q is not available: %v", image, err)
+			// Not the runtime's text: it may carry what a registry or the
+			// engine answered (issue 26).
+			if errors.Is(err, context.DeadlineExceeded) {
+				return errorf(CodeImagePullFailed, "image %q could not be pulled in time; try again shortly", image)
+			}
+			return errorf(CodeImagePullFailed, "image %q is not available: it is not on the engine and could not be pulled from its registry", image)
 		}
 		return m.mapRuntimeErr("", err)
 	}

@@ -15,6 +15,16 @@ const (
 	// CodeImagePlatformMismatch: the image is for another OS or
 	// architecture than the engine's (422).
 	CodeImagePlatformMismatch = "IMAGE_PLATFORM_MISMATCH"
+	// CodeImageRegistryNotAllowed: the image's registry resolves to an
+	// address the backend does not pull from (loopback, private,
+	// link-local, ...) and the operator did not allow it (422).
+	CodeImageRegistryNotAllowed = "IMAGE_REGISTRY_NOT_ALLOWED"
+	// CodeImagePrivateNotSupported: the registry wants credentials;
+	// private images are not supported (422).
+	CodeImagePrivateNotSupported = "IMAGE_PRIVATE_NOT_SUPPORTED"
+	// CodeImageTooLarge: the image is over the backend's size limit,
+	// compressed or unpacked (422).
+	CodeImageTooLarge = "IMAGE_TOO_LARGE"
 )
 
 // imageRefused is the API's answer to an image the runtime refuses, or nil
@@ -26,8 +36,17 @@ func imageRefused(err error) *Error {
 		return nil
 	}
 	code := CodeImageNotAllowed
-	if r.Rule == container.RulePlatform {
+	switch r.Rule {
+	case container.RulePlatform:
 		code = CodeImagePlatformMismatch
+	case container.RuleRegistry:
+		code = CodeImageRegistryNotAllowed
+	case container.RulePrivate:
+		code = CodeImagePrivateNotSupported
+	case container.RuleTooLarge:
+		code = CodeImageTooLarge
+	case container.RulePull:
+		code = CodeImagePullFailed
 	}
 	return &Error{Code: code, Message: r.Msg}
 }

@@ -49,7 +49,9 @@ type Config struct {
 	Retention time.Duration
 	// IdempotencyTTL keeps idempotency keys; default 24h.
 	IdempotencyTTL time.Duration
-	// PullTimeout bounds an image pull during create; default 60s.
+	// PullTimeout bounds how long a create waits for its image's pull;
+	// default container.DefaultPullTimeout (the runtime's own bound of
+	// one pull, which the backend sets to the same value).
 	PullTimeout time.Duration
 	// HomeBytes and TmpBytes override the templates' disk sizes (tests use small ones).
 	HomeBytes int64
@@ -155,7 +157,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.IdempotencyTTL = 24 * time.Hour
 	}
 	if cfg.PullTimeout <= 0 {
-		cfg.PullTimeout = 60 * time.Second
+		cfg.PullTimeout = container.DefaultPullTimeout
 	}
 	if cfg.VCPULimit <= 0 {
 		cfg.VCPULimit = DefaultVCPULimit

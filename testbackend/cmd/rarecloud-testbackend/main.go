@@ -42,6 +42,11 @@ func run(args []string) error {
 	fs.StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine address (default $DOCKER_HOST, else the engine make setup started)")
 	fs.StringVar(&cfg.Runtime, "runtime", "runsc", "OCI runtime for sandboxes")
 	fs.StringVar(&cfg.Pull, "pull", "missing", "image pull policy: missing or never")
+	fs.Var(registryList{&cfg.AllowRegistries}, "allow-registry", "registry (host[:port], exactly as image references name it) to pull custom images from whatever its address; repeatable or comma-separated, also RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES. Any other registry must resolve to public addresses only (testbackend/IMAGES.md)")
+	fs.DurationVar(&cfg.PullTimeout, "pull-timeout", container.DefaultPullTimeout, "how long one image pull, and a create waiting for it, may take")
+	fs.Int64Var(&cfg.MaxImageBytes, "max-image-bytes", container.DefaultMaxImageBytes, "largest custom image, unpacked, in bytes; a larger one is removed and refused (422 IMAGE_TOO_LARGE)")
+	fs.Int64Var(&cfg.MaxDownloadBytes, "max-image-download-bytes", container.DefaultMaxDownloadBytes, "largest custom image, compressed as its manifest declares it, in bytes; refused before the pull")
+	fs.Int64Var(&cfg.ImageBudgetBytes, "image-budget-bytes", container.DefaultImageBudgetBytes, "what the images this backend pulled may take on the engine; past it unused ones are removed, least recently used first (template images never)")
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
@@ -66,6 +71,11 @@ func run(args []string) error {
 	}
 	if err := envDefaults(fs); err != nil {
 		return err
+	}
+	if v, ok := os.LookupEnv("RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES"); ok {
+		if err := fs.Set("allow-registry", v); err != nil {
+			return fmt.Errorf("RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES: %w", err)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -132,4 +142,28 @@ func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
 	n, err := instance.Reap(ctx, d, log)
 	log.Info("reaped the containers of backends that are gone", "containers", n)
 	return err
+}
+
+// registryList is --allow-registry: repeatable, each value comma-separated.
+type registryList struct{ list *[]string }
+
+func (r registryList) String() string {
+	if r.list == nil {
+		return ""
+	}
+	return strings.Join(*r.list, ",")
+}
+
+func (r registryList) Set(v string) error {
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if strings.Contains(h, "/") || strings.Contains(h, "://") {
+			return fmt.Errorf("registry %q: want host[:port], as image references name it", h)
+		}
+		*r.list = append(*r.list, strings.ToLower(h))
+	}
+	return nil
 }

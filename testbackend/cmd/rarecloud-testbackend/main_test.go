@@ -1,0 +1,26 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// --allow-registry is repeatable and comma-separated, lower-cased; a URL
+// or a path is refused.
+func TestAllowRegistryFlag(t *testing.T) {
+	var got []string
+	l := registryList{&got}
+	for _, v := range []string{"127.0.0.1:5000", " Registry.Example:443 , localhost:5001,", "[::1]:5002"} {
+		if err := l.Set(v); err != nil {
+			t.Fatalf("Set(%q): %v", v, err)
+		}
+	}
+	if want := []string{"127.0.0.1:5000", "registry.example:443", "localhost:5001", "[::1]:5002"}; !slices.Equal(got, want) {
+		t.Fatalf("registries %v, want %v", got, want)
+	}
+	for _, bad := range []string{"http://127.0.0.1:5000", "127.0.0.1:5000/team"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dockercontainer "github.com/docker/docker/api/types/container"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
+)
+
+// Every kind of address the backend does not pull from is blocked, and a
+// public one is not.
+func TestBlockedAddr(t *testing.T) {
+	for _, a := range []string{"127.0.0.1", "127.1.2.3", "::1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "fd00::1",
+		"169.254.169.254", "fe80::1", "100.64.0.1", "224.0.0.1", "ff02::1", "0.0.0.0", "::", "240.0.0.1",
+		"255.255.255.255", "198.18.0.1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "2002:a00:1::1"} {
+		if blockedAddr(netip.MustParseAddr(a)) == "" {
+			t.Errorf("%s is not blocked", a)
+		}
+	}
+	for _, a := range []string{"8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"} {
+		if why := blockedAddr(netip.MustParseAddr(a)); why != "" {
+			t.Errorf("%s is blocked: %s", a, why)
+		}
+	}
+}
+
+// pullRuntime is a runtime on the test engine whose pulls are allowed from
+// reg, with the images it pulled removed when the test ends.
+func pullRuntime(t *testing.T, reg *registrytest.Registry, opts DockerOptions) *Docker {
+	t.Helper()
+	opts.AllowRegistries = []string{reg.Host}
+	d := requireEngine(t, opts)
+	t.Cleanup(func() {
+		d.imgMu.Lock()
+		var refs []string
+		for _, p := range d.pulled {
+			refs = append(refs, p.ref, p.pinned)
+		}
+		d.imgMu.Unlock()
+		d.removeRefs(refs...)
+	})
+	return d
+}
+
+func present(t *testing.T, d *Docker, ref string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := d.cli.ImageInspect(ctx, ref)
+	return err == nil
+}
+
+func refusedRule(err error) string {
+	var r *ImageRefusedError
+	if errors.As(err, &r) {
+		return r.Rule
+	}
+	return ""
+}
+
+// Ten concurrent ensures of one image that is not on the engine share one
+// pull: the registry sees one manifest fetch by tag (the backend's) and
+// one fetch of the config blob (the engine's pull).
+func TestPullSharedByConcurrentCreates(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	img := registrytest.RandomImage(t, 256<<10, 1)
+	ref := reg.Push(t, "team/shared:1", img)
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pullRuntime(t, reg, DockerOptions{})
+	before := reg.ManifestGETs("team/shared")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.EnsureImage(ctx, ref)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ensure %d: %v", i, err)
+		}
+	}
+	byTag := reg.Count(func(q registrytest.Request) bool {
+		return q.Method == "GET" && q.Path == "/v2/team/shared/manifests/1"
+	})
+	if byTag != 1 || reg.BlobGETs("team/shared", cfg) != 1 {
+		t.Fatalf("10 concurrent ensures: %d manifest GETs by tag, %d config blob GETs (%d manifest GETs in all, %d before); want one pull", byTag, reg.BlobGETs("team/shared", cfg), reg.ManifestGETs("team/shared"), before)
+	}
+}
+
+// An image over the unpacked limit is refused and not left on the engine;
+// one over the compressed limit is refused before anything is pulled.
+func TestPullRefusesTooLargeImage(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	img := registrytest.RandomImage(t, 2<<20, 1)
+	ref := reg.Push(t, "team/big:1", img)
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	d := pullRuntime(t, reg, DockerOptions{MaxImageBytes: 1 << 20})
+	err = d.EnsureImage(ctx, ref)
+	if refusedRule(err) != RuleTooLarge || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("ensure over the unpacked limit: %v, want a %s refusal naming the image", err, RuleTooLarge)
+	}
+	d.imgMu.Lock()
+	n := len(d.pulled)
+	d.imgMu.Unlock()
+	if present(t, d, ref) || n != 0 {
+		t.Fatalf("a refused image is still on the engine (%v) or tracked (%d)", present(t, d, ref), n)
+	}
+
+	small := pullRuntime(t, reg, DockerOptions{MaxDownloadBytes: 1 << 20})
+	pulls := reg.BlobGETs("team/big", cfg)
+	err = small.EnsureImage(ctx, ref)
+	if refusedRule(err) != RuleTooLarge {
+		t.Fatalf("ensure over the compressed limit: %v, want %s", err, RuleTooLarge)
+	}
+	if got := reg.BlobGETs("team/big", cfg); got != pulls || present(t, d, ref) {
+		t.Fatalf("the engine pulled an image over the compressed limit (%d config GETs, was %d)", got, pulls)
+	}
+}
+
+// Past the budget, the least recently used pulled image no container uses
+// is removed; the image just pulled, and one that is a template's, stay.
+func TestImageBudgetRemovesLeastRecentlyUsed(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	tpl := reg.Push(t, "team/tpl:1", registrytest.TemplateImage(t, testHost()))
+	a := reg.Push(t, "team/a:1", registrytest.RandomImage(t, 1<<20, 1))
+	b := reg.Push(t, "team/b:1", registrytest.RandomImage(t, 1<<20, 1))
+	d := pullRuntime(t, reg, DockerOptions{ImageBudgetBytes: 3 << 19}) // 1.5 MiB: A and B do not fit together
+	d.imageHold = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, ref := range []string{tpl, a, b} {
+		if err := d.EnsureImage(ctx, ref); err != nil {
+			t.Fatalf("ensure %s: %v", ref, err)
+		}
+	}
+	if present(t, d, a) {
+		t.Errorf("%s is still there: the budget did not remove the least recently used image", a)
+	}
+	if !present(t, d, b) {
+		t.Errorf("%s, just pulled, was removed", b)
+	}
+	if !present(t, d, tpl) || !present(t, d, baseImage) {
+		t.Errorf("a template's image was removed: %s %v, %s %v", tpl, present(t, d, tpl), baseImage, present(t, d, baseImage))
+	}
+	// An image a container uses stays too, however old.
+	if err := d.EnsureImage(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	created, err := d.cli.ContainerCreate(ctx, &dockercontainer.Config{Image: a, Cmd: []string{"x"}}, nil, nil, nil, "rt-budget-"+randomID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the images go (cleanups run last first)
+		_ = d.cli.ContainerRemove(context.Background(), created.ID, dockercontainer.RemoveOptions{Force: true})
+	})
+	c := reg.Push(t, "team/c:1", registrytest.RandomImage(t, 1<<20, 1))
+	if err := d.EnsureImage(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if !present(t, d, a) {
+		t.Errorf("%s, used by a container, was removed", a)
+	}
+	if present(t, d, b) {
+		t.Errorf("%s, unused and older, is still there", b)
+	}
+}
+
+// An image gone between the create's ensure and the start (removed by the
+// budget, or by hand) is pulled again by Start; when that pull fails,
+// Start answers the backend's own pull refusal, which the sandbox's
+// start_failed message carries, and nothing the registry said.
+func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "team/again:1", registrytest.BaseImage(t, testHost()))
+	d := pullRuntime(t, reg, DockerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gone := func() {
+		t.Helper()
+		if err := d.EnsureImage(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		d.imgMu.Lock()
+		p := *d.pulled[ref]
+		d.imgMu.Unlock()
+		d.removeRefs(p.ref, p.pinned)
+		if present(t, d, ref) {
+			t.Fatalf("%s still there after its removal", ref)
+		}
+	}
+	gone()
+	spec := testSpec(t)
+	spec.Image = ref
+	spec.Name = "rt-again-" + randomID(t)
+	start(t, d, spec)
+	if !present(t, d, ref) {
+		t.Fatalf("Start ran without %s", ref)
+	}
+	if err := d.Remove(ctx, spec.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	gone()
+	// The registry forgets the image: the second pull fails.
+	regless := pullRuntime(t, registrytest.Start(t, registrytest.Options{}), DockerOptions{})
+	spec2 := testSpec(t)
+	spec2.Image = strings.Replace(ref, reg.Host, regless.registriesHost(), 1)
+	spec2.Name = "rt-again-" + randomID(t)
+	_, err := regless.Start(ctx, spec2)
+	if refusedRule(err) != RulePull || !strings.Contains(err.Error(), spec2.Image) {
+		t.Fatalf("start after a failed pull: %v, want the backend's own %s refusal naming the image", err, RulePull)
+	}
+	for _, leak := range []string{"http://", "MANIFEST_UNKNOWN", "manifest unknown", "Error response from daemon"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("start error %q carries %q", err, leak)
+		}
+	}
+}
+
+// registriesHost is the one registry a test runtime allows.
+func (d *Docker) registriesHost() string {
+	for h := range d.registries.allow {
+		return h
+	}
+	return ""
+}
+
+// Every address of this host's interfaces is blocked, whatever its range.
+func TestBlockedAddrOwn(t *testing.T) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ia := range addrs {
+		n, ok := ia.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		if blockedAddr(ip) == "" {
+			t.Errorf("own address %s is not blocked", ip)
+		}
+	}
+}
+
+// What the engine or a registry says about credentials is the private
+// answer; anything else the generic one; neither carries that text.
+func TestRegistryErrSanitized(t *testing.T) {
+	d := &Docker{}
+	const ref = "registry.example/team/py:1"
+	for text, rule := range map[string]string{
+		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  RulePrivate,
+		"unauthorized: authentication required":                                                           RulePrivate,
+		"pull access denied for team/py, repository does not exist or may require 'docker login': denied": RulePrivate,
+		`manifest for registry.example/team/py:1 not found: manifest unknown: manifest unknown`:           RulePull,
+		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          RulePull,
+		`error pulling sha256:4019401abc: unexpected EOF`:                                                 RulePull,
+	} {
+		err := d.registryErr(ref, errors.New(text))
+		if refusedRule(err) != rule || !strings.Contains(err.Error(), ref) {
+			t.Errorf("%q: %v, want a %s refusal naming the image", text, err, rule)
+		}
+		for _, leak := range []string{"http", "127.0.0.1", "10.1.2.3", "manifest unknown", "no basic auth", "EOF"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("%q: the answer %q carries %q", text, err, leak)
+			}
+		}
+	}
+}
