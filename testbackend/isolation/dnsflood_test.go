@@ -1,0 +1,137 @@
+package isolation
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+)
+
+// lookupScript resolves NAME N times in a row and prints each lookup's
+// time in ms, or -1 for a lookup that failed.
+const lookupScript = `import json, socket, sys, time
+name, n = sys.argv[1], int(sys.argv[2])
+out = []
+for _ in range(n):
+    t0 = time.monotonic()
+    try:
+        socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM)
+        out.append(round((time.monotonic() - t0) * 1000, 2))
+    except Exception:
+        out.append(-1)
+print(json.dumps(out))
+`
+
+// floodScript sends DNS queries for NAME to the sandbox's resolver as fast
+// as one UDP socket allows, for SECONDS, never reading an answer; it
+// touches /tmp/flooding once it has sent its first thousand.
+const floodScript = `import socket, struct, sys, time
+name, seconds = sys.argv[1], float(sys.argv[2])
+server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+q = struct.pack(">HHHHHH", 0x5253, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+end, sent = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    try:
+        s.sendto(q, (server, 53))
+        sent += 1
+    except BlockingIOError:
+        time.sleep(0.0005)
+    if sent == 1000:
+        open("/tmp/flooding", "w").close()
+`
+
+// heapAndFDs is the backend process's live heap (after a GC) and its open
+// descriptors.
+func heapAndFDs(t *testing.T) (heap uint64, fds int) {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s[0].Value.Uint64(), len(ents)
+}
+
+// TestEgressDNSFlood: one ALLOW_LIST sandbox floods its resolver with
+// queries for its allowed name for 40 s; meanwhile another ALLOW_LIST
+// sandbox's 40 lookups are all answered, none of them waiting for a
+// resolver retry (glibc asks again after 5 s: a lost query shows as a
+// lookup of 5 s or more), and the backend's heap and descriptors stay
+// within 64 MB and 64 of where they were. The quiet baseline and the
+// lookups under the flood are logged side by side.
+func TestEgressDNSFlood(t *testing.T) {
+	f := newEgressNet(t)
+	b := egressBackend(t, t.TempDir(), f)
+	t.Cleanup(func() { apitest.DeleteAll(b.URL(), time.Minute, tokA); b.Close() })
+	c := newClient(t, b.URL())
+	allow := map[string]any{"template": "python", "egressMode": "ALLOW_LIST", "egressAllowlist": []string{nameA}}
+	boxes := c.RunningAll(tokA, allow, allow)
+	flooder, victim := boxes[0].ID, boxes[1].ID
+
+	run := func(id string) []float64 {
+		t.Helper()
+		out := ok(t, "lookups", c.command(id, fmt.Sprintf("python3 -c %s %s 40", shellQuote(lookupScript), nameA), 120000))
+		var ms []float64
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &ms); err != nil || len(ms) != 40 {
+			t.Fatalf("lookups printed %q: %v", out, err)
+		}
+		return ms
+	}
+	quiet := run(victim)
+	heap0, fds0 := heapAndFDs(t)
+
+	// The flood, in the background inside its sandbox, bounded by its own
+	// clock; the test waits until it is under way.
+	ok(t, "start the flood", c.command(flooder, fmt.Sprintf("nohup python3 -c %s %s 40 >/dev/null 2>&1 &", shellQuote(floodScript), nameA), 20000))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := c.command(flooder, "test -e /tmp/flooding", 20000)
+		if r.ExitCode != nil && *r.ExitCode == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood never sent its first thousand queries: %+v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	flooded := run(victim)
+	heap1, fds1 := heapAndFDs(t)
+
+	p99 := func(ms []float64) float64 {
+		s := slices.Clone(ms)
+		slices.Sort(s)
+		return s[len(s)*99/100]
+	}
+	t.Logf("victim lookups, quiet p99 %.1f ms, under the flood p99 %.1f ms (%.1fx); heap %d -> %d MB, descriptors %d -> %d",
+		p99(quiet), p99(flooded), p99(flooded)/max(p99(quiet), 0.1), heap0>>20, heap1>>20, fds0, fds1)
+	for i, ms := range flooded {
+		if ms < 0 {
+			t.Errorf("lookup %d under the flood failed", i)
+		} else if ms >= 5000 {
+			t.Errorf("lookup %d under the flood took %.0f ms: a query was lost and the resolver asked again", i, ms)
+		}
+	}
+	if heap1 > heap0+64<<20 {
+		t.Errorf("the backend's heap grew from %d MB to %d MB under the flood", heap0>>20, heap1>>20)
+	}
+	if fds1 > fds0+64 {
+		t.Errorf("the backend's descriptors grew from %d to %d under the flood", fds0, fds1)
+	}
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }
