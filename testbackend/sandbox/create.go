@@ -191,6 +191,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
 		}
 		m.mu.Unlock()
+		if sb.LogBytes > 0 {
+			m.dropLogs(sb.ID) // ran at once (startImmediate)
+		}
 		return CreateResult{}, err
 	}
 	if sb.Status == StatusPending {
@@ -359,7 +362,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		m.releaseEgress(id)
 		m.mu.Lock()
 		if m.boxes[id] == sb && sb.Status == StatusPending {
-			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), "")
+			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), 0)
 		}
 		m.mu.Unlock()
 		return
@@ -379,8 +382,10 @@ func (m *Manager) started(id, cid string, startErr error) {
 
 // endLocked moves a sandbox to a final status and keeps its record for the
 // retention period. A terminated one says why: reason is one of the
-// Reason* values, message the detail.
-func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message, logs string) {
+// Reason* values, message the detail. logBytes is the size of the run-mode
+// output already in the sandbox's log file (saveLogs), 0 for none: the
+// record only says how much there is, the output stays on disk.
+func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message string, logBytes int64) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb.Status = status
 	// An ended sandbox never starts again: whatever became of its start,
@@ -391,7 +396,7 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	sb.TerminationReason = reason
 	sb.TerminationMessage = message
 	sb.IdleExpiresAt = nil
-	sb.Logs = logs
+	sb.LogBytes, sb.Logs = logBytes, ""
 	sb.ContainerID = ""
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
