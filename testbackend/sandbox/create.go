@@ -205,7 +205,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	// The record holds its capacity from here; it is written off the lock
 	// and nothing of it starts before it is on disk.
 	w := m.putSandboxLocked(sb)
-	m.boxes[sb.ID] = sb
+	m.insertLocked(sb)
 	m.scheduleLocked(sb)
 	v := view(sb)
 	m.mu.Unlock()
@@ -369,6 +369,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 	}
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
+	m.reindexLocked(sb)
 	m.startIdleClockLocked(sb, time.Now())
 	m.scheduleLocked(sb)
 	// The container holds the environment now (every exec inherits it):
@@ -398,6 +399,7 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	sb.IdleExpiresAt = nil
 	sb.LogBytes, sb.Logs = logBytes, ""
 	sb.ContainerID = ""
+	m.reindexLocked(sb) // its vCPUs are free
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
 	m.notifyLocked(sb.ID)

@@ -43,7 +43,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			// its idle clock starts again now.
 			m.startIdleClockLocked(sb, now)
 		}
-		m.boxes[sb.ID] = sb
+		m.insertLocked(sb)
 		if sb.IdempotencyKey != "" {
 			// The key's own record may not have been written before a crash.
 			mapKey := sb.Account + "\x00" + sb.IdempotencyKey

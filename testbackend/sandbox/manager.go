@@ -95,6 +95,7 @@ type Manager struct {
 	mu       sync.Mutex
 	closing  bool // Close ran: no new background work (background.go)
 	boxes    map[string]*store.Sandbox
+	accounts map[string]*accountIndex // boxes by account, and their live vCPUs (index.go)
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
@@ -167,6 +168,7 @@ func New(cfg Config) (*Manager, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		boxes:     map[string]*store.Sandbox{},
+		accounts:  map[string]*accountIndex{},
 		timers:    map[string]*time.Timer{},
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},
