@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
 )
@@ -132,12 +134,42 @@ func TestInlineLogsOfOlderRecordsMoveToTheirFile(t *testing.T) {
 }
 
 // gatedLogs is the fake engine whose run-mode output is collected only
-// once the test lets it.
+// once the test lets it, and which says when the exit watcher waits.
 type gatedLogs struct {
 	*fakeRuntime
-	logs    []byte
-	entered chan struct{}
-	gate    chan struct{}
+	logs     []byte
+	entered  chan struct{}
+	gate     chan struct{}
+	waiting  chan struct{}
+	waitOnce sync.Once
+}
+
+// Wait is the fake engine's, closing waiting once the container it waits
+// for is found: an exit after that is seen by the watcher as an exit.
+func (g *gatedLogs) Wait(ctx context.Context, id string) container.Exit {
+	g.mu.Lock()
+	c := g.containers[id]
+	g.mu.Unlock()
+	if c == nil {
+		return container.Exit{Code: -1, Err: container.ErrNotFound}
+	}
+	g.waitOnce.Do(func() { close(g.waiting) })
+	select {
+	case <-c.gone:
+		return container.Exit{Code: 0}
+	case <-ctx.Done():
+		return container.Exit{Code: -1, Err: ctx.Err()}
+	}
+}
+
+// await fails the test when ch is not closed within bounded.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(bounded):
+		t.Fatalf("%s: still waiting after %s", what, bounded)
+	}
 }
 
 func (g *gatedLogs) Logs(ctx context.Context, _ string, _ int) ([]byte, error) {
@@ -156,7 +188,7 @@ func (g *gatedLogs) Logs(ctx context.Context, _ string, _ int) ([]byte, error) {
 func TestExitedJobLogsOnTheRealPath(t *testing.T) {
 	for _, deleted := range []bool{false, true} {
 		dir := t.TempDir()
-		rt := &gatedLogs{fakeRuntime: newFakeRuntime(), logs: []byte("job output\n"), entered: make(chan struct{}), gate: make(chan struct{})}
+		rt := &gatedLogs{fakeRuntime: newFakeRuntime(), logs: []byte("job output\n"), entered: make(chan struct{}), gate: make(chan struct{}), waiting: make(chan struct{})}
 		m := newManager(t, rt, ModeReal, dir)
 		res, err := m.Create(context.Background(), "acct", "", CreateRequest{Cmd: []string{"true"}})
 		if err != nil {
@@ -167,11 +199,13 @@ func TestExitedJobLogsOnTheRealPath(t *testing.T) {
 		if v, err := m.WaitStatus(ctx, "acct", id, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
 			t.Fatalf("job: %+v %v", v, err)
 		}
-		// The program ends: its container goes away.
+		// The program ends (once the watcher waits for it): its container
+		// goes away.
+		await(t, rt.waiting, "the exit watcher")
 		if err := rt.fakeRuntime.Remove(ctx, containerOf(t, m, id)); err != nil {
 			t.Fatal(err)
 		}
-		<-rt.entered
+		await(t, rt.entered, "the collection of the logs")
 		if deleted {
 			if err := m.Delete(ctx, "acct", id); err != nil {
 				t.Fatal(err)
