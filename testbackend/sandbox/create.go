@@ -108,6 +108,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	w := m.putIdempotencyLocked(&entry.rec)
 	entry.done = true
 	m.scheduleIdemExpiryLocked(mapKey, entry)
+	m.trackKeyLocked(mapKey, entry)
 	m.mu.Unlock()
 	// A failure is logged by the writer; the sandbox's record carries the
 	// key too, so a restart still replays it.
@@ -156,6 +157,7 @@ func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
 		defer m.mu.Unlock()
 		if m.idem[mapKey] == e && !m.closing {
 			delete(m.idem, mapKey)
+			m.untrackKeyLocked(e.rec.Account, mapKey)
 			m.deleteIdempotencyLocked(e.rec.Account, e.rec.Key)
 		}
 	})
@@ -207,6 +209,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	w := m.putSandboxLocked(sb)
 	m.insertLocked(sb)
 	m.scheduleLocked(sb)
+	m.trimRetainedLocked(account) // a run-mode job started at once has ended
 	v := view(sb)
 	m.mu.Unlock()
 	werr := w.wait()
@@ -403,6 +406,7 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
 	m.notifyLocked(sb.ID)
+	m.trimRetainedLocked(sb.Account)
 }
 
 // startContainer starts a sandbox's container. A container of the same

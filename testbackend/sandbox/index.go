@@ -20,6 +20,11 @@ type accountIndex struct {
 	// liveMilli is the vCPUs, in thousandths, of its pending and running
 	// sandboxes: integers, so adding and taking away never drift.
 	liveMilli int64
+	// ended holds its ended sandboxes' ids, oldest EndedAt first, and keys
+	// its settled idempotency keys (as keys of m.idem), oldest first: what
+	// the per-account caps forget first (caps.go).
+	ended ageSet
+	keys  ageSet
 }
 
 // indexed is one record as its account's index counts it.
@@ -64,6 +69,11 @@ func (m *Manager) reindexLocked(sb *store.Sandbox) {
 	}
 	a.liveMilli += e.liveMilli - old.liveMilli
 	a.boxes[sb.ID] = e
+	if isLive(sb.Status) {
+		a.ended.remove(sb.ID)
+	} else if !a.ended.has(sb.ID) {
+		a.ended.add(sb.ID, endedAt(sb), m.nextSeqLocked())
+	}
 }
 
 // unindexLocked takes the record out of its account's index.
@@ -78,7 +88,14 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 	}
 	a.liveMilli -= old.liveMilli
 	delete(a.boxes, sb.ID)
-	if len(a.boxes) == 0 {
-		delete(m.accounts, sb.Account)
+	a.ended.remove(sb.ID)
+	m.dropEmptyAccountLocked(sb.Account)
+}
+
+// dropEmptyAccountLocked forgets the index of an account that has nothing
+// left in it.
+func (m *Manager) dropEmptyAccountLocked(account string) {
+	if a := m.accounts[account]; a != nil && len(a.boxes) == 0 && a.keys.len() == 0 {
+		delete(m.accounts, account)
 	}
 }

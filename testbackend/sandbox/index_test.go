@@ -17,15 +17,35 @@ func checkIndex(m *Manager) error {
 	defer m.mu.Unlock()
 	ids := map[string][]string{}
 	live := map[string]int64{}
+	ended := map[string][]string{}
 	for id, sb := range m.boxes {
 		ids[sb.Account] = append(ids[sb.Account], id)
 		if isLive(sb.Status) {
 			live[sb.Account] += milliVCPU(m.sandboxVCPU(sb))
+		} else {
+			ended[sb.Account] = append(ended[sb.Account], id)
+		}
+	}
+	keys := map[string][]string{}
+	for mapKey, e := range m.idem {
+		if e.done {
+			keys[e.rec.Account] = append(keys[e.rec.Account], mapKey)
 		}
 	}
 	for account, a := range m.accounts {
 		if len(a.boxes) > 0 && ids[account] == nil {
 			return fmt.Errorf("account %s: the index has %d sandboxes, the records none", account, len(a.boxes))
+		}
+		if len(a.boxes) == 0 && a.keys.len() == 0 {
+			return fmt.Errorf("account %s: an empty index is kept", account)
+		}
+		if got, want := setKeys(&a.keys), sorted(keys[account]); !slices.Equal(got, want) {
+			return fmt.Errorf("account %s: the index counts keys %q, the settled keys are %q", account, got, want)
+		}
+	}
+	for account, want := range keys {
+		if m.accounts[account] == nil {
+			return fmt.Errorf("account %s has %d keys and no index", account, len(want))
 		}
 	}
 	for account, want := range ids {
@@ -48,8 +68,33 @@ func checkIndex(m *Manager) error {
 		if a.liveMilli != live[account] {
 			return fmt.Errorf("account %s: the index counts %d milli-vCPUs live, the records %d", account, a.liveMilli, live[account])
 		}
+		if got, want := setKeys(&a.ended), sorted(ended[account]); !slices.Equal(got, want) {
+			return fmt.Errorf("account %s: the index has ended sandboxes %v, the records %v", account, got, want)
+		}
 	}
 	return nil
+}
+
+// setKeys are an ageSet's members, sorted, after checking that its heap
+// and its map agree.
+func setKeys(s *ageSet) []string {
+	var out []string
+	for i, it := range s.h {
+		if s.items[it.key] != it || it.index != i {
+			return []string{"<heap and map disagree on " + it.key + ">"}
+		}
+		out = append(out, it.key)
+	}
+	if len(s.items) != len(s.h) {
+		return []string{"<heap and map differ in size>"}
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return s
 }
 
 func mustCheckIndex(t *testing.T, m *Manager, when string) {

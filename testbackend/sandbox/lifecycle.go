@@ -34,6 +34,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		e := &idemEntry{rec: *rec, done: true}
 		m.idem[mapKey] = e
 		m.scheduleIdemExpiryLocked(mapKey, e)
+		m.accountLocked(rec.Account).keys.add(mapKey, rec.CreatedAt, m.nextSeqLocked())
 	}
 	var overdue []*store.Sandbox
 	for _, sb := range boxes {
@@ -52,6 +53,7 @@ func (m *Manager) Start(ctx context.Context) error {
 				e.rec.Body, _ = json.Marshal(view(sb))
 				m.idem[mapKey] = e
 				m.scheduleIdemExpiryLocked(mapKey, e)
+				m.accountLocked(sb.Account).keys.add(mapKey, e.rec.CreatedAt, m.nextSeqLocked())
 			}
 		}
 		if m.deadline(sb).After(now) {
@@ -68,6 +70,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	for _, sb := range overdue {
 		m.log.Info("applying expiry that fell while the backend was down", "sandbox", sb.ID, "status", sb.Status)
 		m.forgetLocked(sb)
+	}
+	// The caps may be lower than when the records were written.
+	for account := range m.accounts {
+		m.trimRetainedLocked(account)
+		m.trimKeysLocked(account)
 	}
 	m.mu.Unlock()
 	m.removeOrphanLogs(boxes)

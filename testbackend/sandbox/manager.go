@@ -49,6 +49,13 @@ type Config struct {
 	Retention time.Duration
 	// IdempotencyTTL keeps idempotency keys; default 24h.
 	IdempotencyTTL time.Duration
+	// MaxRetainedPerAccount caps each account's ended sandboxes kept for
+	// Retention: past it its oldest (by EndedAt) are forgotten early.
+	// MaxIdempotencyKeysPerAccount caps its idempotency keys: past it its
+	// oldest are forgotten early. Defaults DefaultMaxRetainedPerAccount
+	// and DefaultMaxIdempotencyKeysPerAccount (caps.go).
+	MaxRetainedPerAccount        int
+	MaxIdempotencyKeysPerAccount int
 	// PullTimeout bounds an image pull during create; default 60s.
 	PullTimeout time.Duration
 	// HomeBytes and TmpBytes override the templates' disk sizes (tests use small ones).
@@ -96,6 +103,7 @@ type Manager struct {
 	closing  bool // Close ran: no new background work (background.go)
 	boxes    map[string]*store.Sandbox
 	accounts map[string]*accountIndex // boxes by account, and their live vCPUs (index.go)
+	seq      uint64                   // orders the members of ageSets that arrive at the same instant (caps.go)
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
@@ -138,6 +146,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.IdempotencyTTL <= 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
+	}
+	if cfg.MaxRetainedPerAccount <= 0 {
+		cfg.MaxRetainedPerAccount = DefaultMaxRetainedPerAccount
+	}
+	if cfg.MaxIdempotencyKeysPerAccount <= 0 {
+		cfg.MaxIdempotencyKeysPerAccount = DefaultMaxIdempotencyKeysPerAccount
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = 60 * time.Second
