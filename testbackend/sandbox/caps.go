@@ -51,7 +51,10 @@ func (h ageHeap) Swap(i, j int) {
 	h[i].index, h[j].index = i, j
 }
 func (h *ageHeap) Push(x any) {
-	it := x.(*ageItem)
+	it, ok := x.(*ageItem)
+	if !ok {
+		panic("ageHeap: push of a non-item")
+	}
 	it.index = len(*h)
 	*h = append(*h, it)
 }

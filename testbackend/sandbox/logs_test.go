@@ -202,7 +202,7 @@ func TestExitedJobLogsOnTheRealPath(t *testing.T) {
 		// The program ends (once the watcher waits for it): its container
 		// goes away.
 		await(t, rt.waiting, "the exit watcher")
-		if err := rt.fakeRuntime.Remove(ctx, containerOf(t, m, id)); err != nil {
+		if err := rt.Remove(ctx, containerOf(t, m, id)); err != nil {
 			t.Fatal(err)
 		}
 		await(t, rt.entered, "the collection of the logs")
