@@ -235,3 +235,33 @@ func TestExitedJobLogsOnTheRealPath(t *testing.T) {
 		}
 	}
 }
+
+// TestLogFilesWithoutARecordGoAtStart: a log file whose record is gone (a
+// crash between the two removals) is removed when the backend starts; one
+// whose record is there stays.
+func TestLogFilesWithoutARecordGoAtStart(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	code := 0
+	kept := &store.Sandbox{ID: "sbx-kept", Account: "acct", Status: StatusExited, Template: "base", Image: "x", CreatedAt: now, TimeoutMs: 60000,
+		ExpiresAt: now.Add(time.Minute), RunMode: true, ExitCode: &code, EndedAt: &now, LogBytes: 4}
+	if err := st.PutSandbox(kept); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sbx-kept", "sbx-orphan"} {
+		if err := st.PutLogs(id, []byte("out\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newManager(t, testRuntime(t, dir), ModeTest, dir)
+	if ids, err := st.LogIDs(); err != nil || len(ids) != 1 || ids[0] != "sbx-kept" {
+		t.Fatalf("log files after the start: %v %v, want only sbx-kept's", ids, err)
+	}
+	if got := logsOf(t, m, "sbx-kept"); got != "out\n" {
+		t.Fatalf("logs of the kept record: %q", got)
+	}
+}
