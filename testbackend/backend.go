@@ -72,6 +72,13 @@ type Config struct {
 	ImageBudgetBytes int64
 	Network          string        // Docker network for sandboxes; default the one make setup made, "none" for no network
 	Retention        time.Duration // how long exited run-mode records stay readable; default 24h
+	// MaxRetainedPerAccount caps each account's ended sandboxes kept for
+	// Retention (past it the oldest, by end, are forgotten early);
+	// MaxIdempotencyKeysPerAccount its idempotency keys (the oldest
+	// forgotten first). 0 for sandbox.DefaultMaxRetainedPerAccount and
+	// sandbox.DefaultMaxIdempotencyKeysPerAccount.
+	MaxRetainedPerAccount        int
+	MaxIdempotencyKeysPerAccount int
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
@@ -296,6 +303,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		TmpBytes:       cfg.TmpBytes,
 		PoolSize:       poolSize,
 		Logger:         cfg.Logger,
+
+		MaxRetainedPerAccount:        cfg.MaxRetainedPerAccount,
+		MaxIdempotencyKeysPerAccount: cfg.MaxIdempotencyKeysPerAccount,
 
 		VCPULimit:         cfg.VCPULimit,
 		AccountVCPULimits: limits,

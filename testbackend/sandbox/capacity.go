@@ -27,15 +27,14 @@ func (m *Manager) vcpuLimit(account string) float64 {
 	return m.cfg.VCPULimit
 }
 
-// vcpusInUseLocked adds up the vCPUs of the account's live sandboxes.
+// vcpusInUseLocked is the vCPUs of the account's live sandboxes: a
+// counter its index keeps as sandboxes start, end and go (index.go), not
+// a sum over records.
 func (m *Manager) vcpusInUseLocked(account string) float64 {
-	var used float64
-	for _, sb := range m.boxes {
-		if sb.Account == account && (sb.Status == StatusPending || sb.Status == StatusRunning) {
-			used += m.sandboxVCPU(sb)
-		}
+	if a := m.accounts[account]; a != nil {
+		return float64(a.liveMilli) / 1000
 	}
-	return used
+	return 0
 }
 
 func (m *Manager) sandboxVCPU(sb *store.Sandbox) float64 {

@@ -108,6 +108,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	w := m.putIdempotencyLocked(&entry.rec)
 	entry.done = true
 	m.scheduleIdemExpiryLocked(mapKey, entry)
+	m.trackKeyLocked(mapKey, entry)
 	m.mu.Unlock()
 	// A failure is logged by the writer; the sandbox's record carries the
 	// key too, so a restart still replays it.
@@ -157,6 +158,7 @@ func (m *Manager) scheduleIdemExpiryLocked(mapKey string, e *idemEntry) {
 		defer m.mu.Unlock()
 		if m.idem[mapKey] == e && !m.closing {
 			delete(m.idem, mapKey)
+			m.untrackKeyLocked(e.rec.Account, mapKey)
 			m.deleteIdempotencyLocked(e.rec.Account, e.rec.Key)
 		}
 	})
@@ -196,6 +198,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
 		}
 		m.mu.Unlock()
+		if sb.LogBytes > 0 {
+			m.dropLogs(sb.ID) // ran at once (startImmediate)
+		}
 		return CreateResult{}, err
 	}
 	if sb.Status == StatusPending {
@@ -207,8 +212,9 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	// The record holds its capacity from here; it is written off the lock
 	// and nothing of it starts before it is on disk.
 	w := m.putSandboxLocked(sb)
-	m.boxes[sb.ID] = sb
+	m.insertLocked(sb)
 	m.scheduleLocked(sb)
+	m.trimRetainedLocked(account) // a run-mode job started at once has ended
 	v := view(sb)
 	m.mu.Unlock()
 	werr := w.wait()
@@ -375,13 +381,14 @@ func (m *Manager) started(id, cid string, startErr error) {
 		m.releaseEgress(id)
 		m.mu.Lock()
 		if m.boxes[id] == sb && sb.Status == StatusPending {
-			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), "")
+			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), 0)
 		}
 		m.mu.Unlock()
 		return
 	}
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
+	m.reindexLocked(sb)
 	m.startIdleClockLocked(sb, time.Now())
 	m.scheduleLocked(sb)
 	// The container holds the environment now (every exec inherits it):
@@ -395,8 +402,10 @@ func (m *Manager) started(id, cid string, startErr error) {
 
 // endLocked moves a sandbox to a final status and keeps its record for the
 // retention period. A terminated one says why: reason is one of the
-// Reason* values, message the detail.
-func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message, logs string) {
+// Reason* values, message the detail. logBytes is the size of the run-mode
+// output already in the sandbox's log file (saveLogs), 0 for none: the
+// record only says how much there is, the output stays on disk.
+func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, reason, message string, logBytes int64) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb.Status = status
 	// An ended sandbox never starts again: whatever became of its start,
@@ -407,11 +416,13 @@ func (m *Manager) endLocked(sb *store.Sandbox, status string, exitCode *int, rea
 	sb.TerminationReason = reason
 	sb.TerminationMessage = message
 	sb.IdleExpiresAt = nil
-	sb.Logs = logs
+	sb.LogBytes, sb.Logs = logBytes, ""
 	sb.ContainerID = ""
+	m.reindexLocked(sb) // its vCPUs are free
 	_ = m.persistLocked(sb)
 	m.scheduleLocked(sb)
 	m.notifyLocked(sb.ID)
+	m.trimRetainedLocked(sb.Account)
 }
 
 // startContainer starts a sandbox's container. A container of the same

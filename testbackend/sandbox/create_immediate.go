@@ -31,6 +31,8 @@ func (m *Manager) startImmediate(ctx context.Context, sb *store.Sandbox) error {
 		return m.mapRuntimeErr(sb.ID, err)
 	}
 	code, ended := exit.Code, sb.CreatedAt
-	sb.Status, sb.ExitCode, sb.EndedAt, sb.Logs, sb.ContainerID = StatusExited, &code, &ended, string(logs), ""
+	// The output goes to the log file before the record is first written
+	// (create removes it again if the record never is).
+	sb.Status, sb.ExitCode, sb.EndedAt, sb.LogBytes, sb.ContainerID = StatusExited, &code, &ended, m.saveLogs(sb.ID, logs), ""
 	return nil
 }

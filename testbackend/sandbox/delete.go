@@ -26,7 +26,7 @@ func (m *Manager) Delete(ctx context.Context, account, id string) error {
 		// The record is still on disk: keep it, as if nothing happened.
 		m.mu.Lock()
 		if m.boxes[id] == nil {
-			m.boxes[id] = sb
+			m.insertLocked(sb)
 			m.scheduleLocked(sb)
 		}
 		m.mu.Unlock()
@@ -51,6 +51,7 @@ func (m *Manager) forgetLocked(sb *store.Sandbox) *recordWrite {
 func (m *Manager) dropLocked(sb *store.Sandbox) {
 	delete(m.boxes, sb.ID)
 	delete(m.execKeys, sb.ID)
+	m.unindexLocked(sb)
 	m.notifyLocked(sb.ID)
 	if t := m.timers[sb.ID]; t != nil {
 		t.Stop()

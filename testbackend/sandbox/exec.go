@@ -274,7 +274,8 @@ func (m *Manager) fileErr(id, path string, write bool, err error) error {
 }
 
 // Logs returns the run-mode program's output, stdout and stderr
-// interleaved as they came.
+// interleaved as they came: from the engine while it runs, from the
+// sandbox's log file once it ended (read now, never kept in memory).
 func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) {
 	m.mu.Lock()
 	sb := m.boxes[id]
@@ -287,7 +288,7 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 	m.mu.Unlock()
 	switch {
 	case snap.Status == StatusExited || snap.Status == StatusTerminated:
-		return snap.Logs, nil
+		return m.endedLogs(account, &snap)
 	case snap.Status == StatusPending || !snap.RunMode:
 		// Only run mode has a program of its own; a sandbox that waits
 		// for commands has no output but theirs.
@@ -311,10 +312,32 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 
 func (m *Manager) logsOfEnded(account, id string) (string, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	sb := m.boxes[id]
 	if sb == nil || sb.Account != account {
+		m.mu.Unlock()
 		return "", notFound(id)
 	}
-	return sb.Logs, nil
+	snap := *sb
+	m.mu.Unlock()
+	return m.endedLogs(account, &snap)
+}
+
+// endedLogs reads an ended sandbox's output from its log file, off the
+// lock. A record from before log files that could not move its output
+// there at start still holds it inline.
+func (m *Manager) endedLogs(account string, snap *store.Sandbox) (string, error) {
+	if snap.Logs != "" || snap.LogBytes == 0 {
+		return snap.Logs, nil
+	}
+	data, err := m.st.Logs(snap.ID)
+	if err != nil {
+		m.mu.Lock()
+		sb := m.boxes[snap.ID]
+		m.mu.Unlock()
+		if sb == nil || sb.Account != account {
+			return "", notFound(snap.ID) // forgotten while its file was read
+		}
+		return "", errorf(CodeInternal, "the logs of sandbox %s could not be read: %v", snap.ID, err)
+	}
+	return string(data), nil
 }

@@ -22,6 +22,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	migrated := m.moveInlineLogs(boxes)
 	now := time.Now()
 	m.mu.Lock()
 	for _, rec := range keys {
@@ -33,6 +34,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		e := &idemEntry{rec: *rec, done: true}
 		m.idem[mapKey] = e
 		m.scheduleIdemExpiryLocked(mapKey, e)
+		m.accountLocked(rec.Account).keys.add(mapKey, rec.CreatedAt, m.nextSeqLocked())
 	}
 	var overdue []*store.Sandbox
 	for _, sb := range boxes {
@@ -42,7 +44,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			// its idle clock starts again now.
 			m.startIdleClockLocked(sb, now)
 		}
-		m.boxes[sb.ID] = sb
+		m.insertLocked(sb)
 		if sb.IdempotencyKey != "" {
 			// The key's own record may not have been written before a crash.
 			mapKey := sb.Account + "\x00" + sb.IdempotencyKey
@@ -51,6 +53,7 @@ func (m *Manager) Start(ctx context.Context) error {
 				e.rec.Body, _ = json.Marshal(view(sb))
 				m.idem[mapKey] = e
 				m.scheduleIdemExpiryLocked(mapKey, e)
+				m.accountLocked(sb.Account).keys.add(mapKey, e.rec.CreatedAt, m.nextSeqLocked())
 			}
 		}
 		if m.deadline(sb).After(now) {
@@ -59,11 +62,22 @@ func (m *Manager) Start(ctx context.Context) error {
 			overdue = append(overdue, sb)
 		}
 	}
+	for _, sb := range migrated {
+		if m.boxes[sb.ID] == sb {
+			m.putSandboxLocked(sb) // a failure is logged; the next start moves it again
+		}
+	}
 	for _, sb := range overdue {
 		m.log.Info("applying expiry that fell while the backend was down", "sandbox", sb.ID, "status", sb.Status)
 		m.forgetLocked(sb)
 	}
+	// The caps may be lower than when the records were written.
+	for account := range m.accounts {
+		m.trimRetainedLocked(account)
+		m.trimKeysLocked(account)
+	}
 	m.mu.Unlock()
+	m.removeOrphanLogs(boxes)
 
 	// Before anything else: live restricted sandboxes get their rules back
 	// (a reboot or a lost table), and rules of sandboxes that ended while
@@ -78,6 +92,45 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.log.Warn("container engine unavailable at start; sandbox routes answer 503 until it is back", "err", err)
 	}
 	return nil
+}
+
+// moveInlineLogs moves the output that records from before log files hold
+// inline into their log files, so that it is no longer held in memory;
+// it returns the records to write again. One whose file cannot be written
+// keeps its output inline (and still answers its logs).
+func (m *Manager) moveInlineLogs(boxes []*store.Sandbox) []*store.Sandbox {
+	var moved []*store.Sandbox
+	for _, sb := range boxes {
+		if sb.Logs == "" {
+			continue
+		}
+		if err := m.st.PutLogs(sb.ID, []byte(sb.Logs)); err != nil {
+			m.log.Warn("inline logs not moved to their file; they stay in the record", "sandbox", sb.ID, "err", err)
+			continue
+		}
+		sb.LogBytes, sb.Logs = int64(len(sb.Logs)), ""
+		moved = append(moved, sb)
+	}
+	return moved
+}
+
+// removeOrphanLogs removes log files without a record: left by a crash
+// between a record's removal and its log file's.
+func (m *Manager) removeOrphanLogs(boxes []*store.Sandbox) {
+	ids, err := m.st.LogIDs()
+	if err != nil {
+		m.log.Warn("log files not listed", "err", err)
+		return
+	}
+	known := make(map[string]bool, len(boxes))
+	for _, sb := range boxes {
+		known[sb.ID] = true
+	}
+	for _, id := range ids {
+		if !known[id] {
+			m.dropLogs(id)
+		}
+	}
 }
 
 // fillPools tops up every template's warm pool; reconciliation calls it
@@ -210,15 +263,18 @@ func (m *Manager) exited(id, cid string, exit container.Exit) {
 	runMode := sb.RunMode
 	m.mu.Unlock()
 
-	var logs []byte
+	// A run-mode program's output goes to the sandbox's log file before
+	// its record says it exited: the record (and memory) only holds its
+	// size, and a read of the logs finds the file there.
+	var logBytes int64
 	if runMode {
 		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		var err error
-		logs, err = m.rt.Logs(ctx, cid, MaxLogBytes)
+		logs, err := m.rt.Logs(ctx, cid, MaxLogBytes)
 		cancel()
 		if err != nil {
 			m.log.Warn("could not collect logs", "sandbox", id, "err", err)
 		}
+		logBytes = m.saveLogs(id, logs)
 	}
 
 	// The container goes before the status changes: once a sandbox shows
@@ -235,16 +291,43 @@ func (m *Manager) exited(id, cid string, exit container.Exit) {
 	sb = m.boxes[id]
 	if sb == nil || sb.ContainerID != cid || sb.Status != StatusRunning || m.expiring[id] {
 		m.mu.Unlock()
+		if logBytes > 0 {
+			// Deleted or expired meanwhile: its removal may have run
+			// before the file was written.
+			m.dropLogs(id)
+		}
 		return
 	}
 	if runMode {
 		c := exit.Code
-		m.endLocked(sb, StatusExited, &c, "", "", string(logs))
+		m.endLocked(sb, StatusExited, &c, "", "", logBytes)
 	} else {
 		reason, msg := m.terminationCause(sb, exit)
-		m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
+		m.endLocked(sb, StatusTerminated, nil, reason, msg, 0)
 	}
 	m.mu.Unlock()
+}
+
+// saveLogs writes a run-mode program's output to the sandbox's log file
+// and returns its size; nothing is written for none. A failed write is
+// logged and the output lost: the sandbox still ends, with no logs.
+func (m *Manager) saveLogs(id string, logs []byte) int64 {
+	if len(logs) == 0 {
+		return 0
+	}
+	if err := m.st.PutLogs(id, logs); err != nil {
+		m.log.Error("logs not written", "sandbox", id, "err", err)
+		return 0
+	}
+	return int64(len(logs))
+}
+
+// dropLogs removes the log file of a sandbox that has no record (any
+// more); a failure is logged, and the next start removes the file.
+func (m *Manager) dropLogs(id string) {
+	if err := m.st.DeleteLogs(id); err != nil {
+		m.log.Warn("log file not removed; the next start removes it", "sandbox", id, "err", err)
+	}
 }
 
 // containerGone handles a wait that failed: the container vanished or the

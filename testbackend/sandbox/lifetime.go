@@ -248,7 +248,7 @@ func (m *Manager) endIdle(sb *store.Sandbox) {
 	defer m.mu.Unlock()
 	delete(m.expiring, id)
 	if m.boxes[id] == sb && sb.Status == StatusRunning {
-		m.endLocked(sb, StatusTerminated, nil, ReasonIdleTimeout, msg, "")
+		m.endLocked(sb, StatusTerminated, nil, ReasonIdleTimeout, msg, 0)
 	}
 }
 

@@ -49,6 +49,13 @@ type Config struct {
 	Retention time.Duration
 	// IdempotencyTTL keeps idempotency keys; default 24h.
 	IdempotencyTTL time.Duration
+	// MaxRetainedPerAccount caps each account's ended sandboxes kept for
+	// Retention: past it its oldest (by EndedAt) are forgotten early.
+	// MaxIdempotencyKeysPerAccount caps its idempotency keys: past it its
+	// oldest are forgotten early. Defaults DefaultMaxRetainedPerAccount
+	// and DefaultMaxIdempotencyKeysPerAccount (caps.go).
+	MaxRetainedPerAccount        int
+	MaxIdempotencyKeysPerAccount int
 	// PullTimeout bounds how long a create waits for its image's pull;
 	// default container.DefaultPullTimeout (the runtime's own bound of
 	// one pull, which the backend sets to the same value).
@@ -111,6 +118,8 @@ type Manager struct {
 	mu       sync.Mutex
 	closing  bool // Close ran: no new background work (background.go)
 	boxes    map[string]*store.Sandbox
+	accounts map[string]*accountIndex // boxes by account, and their live vCPUs (index.go)
+	seq      uint64                   // orders the members of ageSets that arrive at the same instant (caps.go)
 	timers   map[string]*time.Timer
 	watching map[string]bool
 	starting map[string]bool
@@ -155,6 +164,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.IdempotencyTTL <= 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
+	}
+	if cfg.MaxRetainedPerAccount <= 0 {
+		cfg.MaxRetainedPerAccount = DefaultMaxRetainedPerAccount
+	}
+	if cfg.MaxIdempotencyKeysPerAccount <= 0 {
+		cfg.MaxIdempotencyKeysPerAccount = DefaultMaxIdempotencyKeysPerAccount
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = container.DefaultPullTimeout
@@ -201,6 +216,7 @@ func New(cfg Config) (*Manager, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		boxes:     map[string]*store.Sandbox{},
+		accounts:  map[string]*accountIndex{},
 		timers:    map[string]*time.Timer{},
 		watching:  map[string]bool{},
 		starting:  map[string]bool{},

@@ -19,17 +19,19 @@ func (m *Manager) Get(account, id string) (View, error) {
 }
 
 // List returns the account's sandboxes that carry every given label,
-// oldest first.
+// oldest first. It reads the account's own records (index.go), never
+// every account's; they are sorted off the lock.
 func (m *Manager) List(account string, labels map[string]string) []View {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := []View{}
-	for _, sb := range m.boxes {
-		if sb.Account != account || !hasLabels(sb.Labels, labels) {
-			continue
+	if a := m.accounts[account]; a != nil {
+		for _, e := range a.boxes {
+			if hasLabels(e.sb.Labels, labels) {
+				out = append(out, view(e.sb))
+			}
 		}
-		out = append(out, view(sb))
 	}
+	m.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].CreatedAt != out[j].CreatedAt {
 			return out[i].CreatedAt < out[j].CreatedAt

@@ -200,7 +200,7 @@ func (m *Manager) judgeSuspects(ctx context.Context, suspects []suspect, poolSus
 			if engineLost {
 				reason, msg = ReasonEngineLost, "the sandbox's container went while the container engine at "+m.rt.Address()+" was unavailable (it restarted or crashed)"
 			}
-			m.endLocked(sb, StatusTerminated, nil, reason, msg, "")
+			m.endLocked(sb, StatusTerminated, nil, reason, msg, 0)
 			lost = append(lost, sb.ID)
 		case !c.Running:
 			collect = append(collect, exit{id: sb.ID, cid: c.ID, c: c})

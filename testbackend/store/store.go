@@ -1,6 +1,8 @@
 // Package store persists the test backend's records: sandboxes and
-// idempotency keys, one JSON file each, written atomically so a crash at
-// any point leaves either the old or the new record, never half of one.
+// idempotency keys, one JSON file each, and the output of run-mode
+// programs, one file per sandbox beside its record, all written
+// atomically so a crash at any point leaves either the old or the new
+// file, never half of one.
 package store
 
 import (
@@ -48,7 +50,13 @@ type Sandbox struct {
 	IdleTimeoutMs int64      `json:"idleTimeoutMs,omitempty"`
 	IdleExpiresAt *time.Time `json:"idleExpiresAt,omitempty"`
 	ContainerID   string     `json:"containerId,omitempty"`
-	Logs          string     `json:"logs,omitempty"`
+	// LogBytes is the size of a run-mode program's output, kept in a file
+	// of its own (PutLogs) and read when asked for, never held with the
+	// record; 0: none.
+	LogBytes int64 `json:"logBytes,omitempty"`
+	// Logs held the output inline in records written before LogBytes
+	// existed; the manager moves it to the record's log file at start.
+	Logs string `json:"logs,omitempty"`
 	// Files held the files written in test mode before its runtime
 	// (package testmode) kept them with its containers; a test-mode start
 	// hands them over to it and drops them (testbackend/testmode.go).
@@ -98,6 +106,8 @@ func (s *Store) SetBeforeSync(fn func(path string)) {
 const (
 	sandboxDir     = "sandboxes"
 	idempotencyDir = "idempotency"
+	logsDir        = "logs"
+	logSuffix      = ".log"
 )
 
 // Open creates the directory layout if needed, and removes the temporary
@@ -108,12 +118,12 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir), filepath.Join(dir, logsDir)} {
 		if err := MkdirNoFollow(d); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
-	for _, sub := range []string{sandboxDir, idempotencyDir} {
+	for _, sub := range []string{sandboxDir, idempotencyDir, logsDir} {
 		if err := removeLeftovers(filepath.Join(dir, sub)); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
@@ -227,12 +237,61 @@ func (s *Store) PutSandboxEncoded(id string, data []byte) error {
 	return s.writeFile(filepath.Join(s.dir, sandboxDir, id+".json"), data)
 }
 
-// DeleteSandbox removes the record; a missing record is not an error.
+// DeleteSandbox removes the record and then its log file; a missing one
+// is not an error. A crash in between leaves a log file without a
+// record, which OrphanLogs finds.
 func (s *Store) DeleteSandbox(id string) error {
 	if !safeName(id) {
 		return fmt.Errorf("store: bad sandbox id %q", id)
 	}
-	return removeFile(filepath.Join(s.dir, sandboxDir, id+".json"))
+	if err := removeFile(filepath.Join(s.dir, sandboxDir, id+".json")); err != nil {
+		return err
+	}
+	return s.DeleteLogs(id)
+}
+
+// PutLogs writes a sandbox's run-mode output to its log file, atomically.
+func (s *Store) PutLogs(id string, data []byte) error {
+	if !safeName(id) {
+		return fmt.Errorf("store: bad sandbox id %q", id)
+	}
+	return s.writeFile(s.logPath(id), data)
+}
+
+// Logs reads a sandbox's log file; a missing one is fs.ErrNotExist.
+func (s *Store) Logs(id string) ([]byte, error) {
+	if !safeName(id) {
+		return nil, fmt.Errorf("store: bad sandbox id %q", id)
+	}
+	return ReadFileNoFollow(s.logPath(id))
+}
+
+// DeleteLogs removes a sandbox's log file; a missing one is not an error.
+func (s *Store) DeleteLogs(id string) error {
+	if !safeName(id) {
+		return fmt.Errorf("store: bad sandbox id %q", id)
+	}
+	return removeFile(s.logPath(id))
+}
+
+// LogIDs lists the sandboxes that have a log file.
+func (s *Store) LogIDs() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, logsDir))
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if id, ok := strings.CutSuffix(name, logSuffix); ok && !strings.HasPrefix(name, ".") && e.Type().IsRegular() {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) logPath(id string) string {
+	return filepath.Join(s.dir, logsDir, id+logSuffix)
 }
 
 // Sandboxes loads every sandbox record.

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,9 +170,55 @@ func TestRenamesAndUnlinksAreSynced(t *testing.T) {
 	if err := s.DeleteIdempotency("acct", "k"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{sandboxDir, idempotencyDir, sandboxDir, idempotencyDir}
+	// A record with a log file: both go, each directory synced.
+	if err := s.PutSandbox(&Sandbox{ID: "sbx-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLogs("sbx-b", []byte("out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox("sbx-b"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{sandboxDir, idempotencyDir, sandboxDir, idempotencyDir, sandboxDir, logsDir, sandboxDir, logsDir}
 	if strings.Join(synced, " ") != strings.Join(want, " ") {
 		t.Fatalf("directories synced: %v, want %v", synced, want)
+	}
+}
+
+// TestLogsLiveBesideTheirRecord: a sandbox's log file is written and read
+// apart from its record (which never holds it), listed, and removed with
+// the record.
+func TestLogsLiveBesideTheirRecord(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := []byte(strings.Repeat("x", 1<<20))
+	if err := s.PutSandbox(&Sandbox{ID: "sbx-a", LogBytes: int64(len(logs))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLogs("sbx-a", logs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Logs("sbx-a"); err != nil || string(got) != string(logs) {
+		t.Fatalf("logs read back: %d bytes, %v", len(got), err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, sandboxDir, "sbx-a.json")); err != nil || fi.Size() > 4096 {
+		t.Fatalf("the record holds more than a marker: %v %v", fi, err)
+	}
+	if ids, err := s.LogIDs(); err != nil || len(ids) != 1 || ids[0] != "sbx-a" {
+		t.Fatalf("log ids: %v %v", ids, err)
+	}
+	if _, err := s.Logs("sbx-none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("logs of a sandbox without any: %v, want not exist", err)
+	}
+	if err := s.DeleteSandbox("sbx-a"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.LogIDs(); err != nil || len(ids) != 0 {
+		t.Fatalf("log files left after the delete: %v %v", ids, err)
 	}
 }
 

@@ -49,6 +49,8 @@ func run(args []string) error {
 	fs.Int64Var(&cfg.ImageBudgetBytes, "image-budget-bytes", container.DefaultImageBudgetBytes, "what the images this backend pulled may take on the engine; past it unused ones are removed, least recently used first (template images never)")
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
+	fs.IntVar(&cfg.MaxRetainedPerAccount, "max-retained-per-account", sandbox.DefaultMaxRetainedPerAccount, "exited and terminated sandboxes kept per account for --retention; past it the account's oldest (by when they ended) are forgotten early, record and logs, as if deleted")
+	fs.IntVar(&cfg.MaxIdempotencyKeysPerAccount, "max-idempotency-keys-per-account", sandbox.DefaultMaxIdempotencyKeysPerAccount, "idempotency keys kept per account for their 24h; past it the account's oldest are forgotten first, and a create that sends one again makes a new sandbox")
 	fs.IntVar(&cfg.PoolSize, "pool-size", 2, "warm containers kept ready per template (0 turns the pool off)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 64, "concurrent requests per account; past it a request queues while its line moves (--queue-wait, --queue-wait-max), then the API answers 429 with Retry-After")
 	fs.DurationVar(&cfg.QueueWait, "queue-wait", 2*time.Second, "how long a request over --max-in-flight waits in line while none of its account's requests finishes, before the 429 (0s: refuse at once)")

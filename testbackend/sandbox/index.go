@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"math"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+)
+
+// Per-account indexes, so that what one account asks for costs in its own
+// records, never in everyone's: List reads the account's sandboxes only,
+// and the capacity check reads a counter instead of adding up records.
+// They are kept under m.mu beside m.boxes, by the few places that change
+// it: insertLocked (a record enters m.boxes), reindexLocked (its status
+// changed) and dropLocked (it leaves). Each record's entry remembers what
+// it counted for, so that taking it out undoes exactly that.
+
+// accountIndex is what the manager knows of one account's records.
+type accountIndex struct {
+	boxes map[string]indexed // the account's sandboxes, by id
+	// liveMilli is the vCPUs, in thousandths, of its pending and running
+	// sandboxes: integers, so adding and taking away never drift.
+	liveMilli int64
+	// ended holds its ended sandboxes' ids, oldest EndedAt first, and keys
+	// its settled idempotency keys (as keys of m.idem), oldest first: what
+	// the per-account caps forget first (caps.go).
+	ended ageSet
+	keys  ageSet
+}
+
+// indexed is one record as its account's index counts it.
+type indexed struct {
+	sb        *store.Sandbox
+	liveMilli int64 // what it adds to liveMilli (0 once it ended)
+}
+
+func isLive(status string) bool { return status == StatusPending || status == StatusRunning }
+
+// milliVCPU is a template's vCPUs in thousandths.
+func milliVCPU(v float64) int64 { return int64(math.Round(v * 1000)) }
+
+// accountLocked is the account's index, made when missing.
+func (m *Manager) accountLocked(account string) *accountIndex {
+	a := m.accounts[account]
+	if a == nil {
+		a = &accountIndex{boxes: map[string]indexed{}}
+		m.accounts[account] = a
+	}
+	return a
+}
+
+// insertLocked puts a record into m.boxes and its account's index.
+func (m *Manager) insertLocked(sb *store.Sandbox) {
+	m.boxes[sb.ID] = sb
+	m.reindexLocked(sb)
+}
+
+// reindexLocked brings the record's entry in its account's index up to
+// date with its status; for a record not (or no longer) in m.boxes it
+// does nothing.
+func (m *Manager) reindexLocked(sb *store.Sandbox) {
+	if m.boxes[sb.ID] != sb {
+		return
+	}
+	a := m.accountLocked(sb.Account)
+	old := a.boxes[sb.ID]
+	e := indexed{sb: sb}
+	if isLive(sb.Status) {
+		e.liveMilli = milliVCPU(m.sandboxVCPU(sb))
+	}
+	a.liveMilli += e.liveMilli - old.liveMilli
+	a.boxes[sb.ID] = e
+	if isLive(sb.Status) {
+		a.ended.remove(sb.ID)
+	} else if !a.ended.has(sb.ID) {
+		a.ended.add(sb.ID, endedAt(sb), m.nextSeqLocked())
+	}
+}
+
+// unindexLocked takes the record out of its account's index.
+func (m *Manager) unindexLocked(sb *store.Sandbox) {
+	a := m.accounts[sb.Account]
+	if a == nil {
+		return
+	}
+	old, ok := a.boxes[sb.ID]
+	if !ok {
+		return
+	}
+	a.liveMilli -= old.liveMilli
+	delete(a.boxes, sb.ID)
+	a.ended.remove(sb.ID)
+	m.dropEmptyAccountLocked(sb.Account)
+}
+
+// dropEmptyAccountLocked forgets the index of an account that has nothing
+// left in it.
+func (m *Manager) dropEmptyAccountLocked(account string) {
+	if a := m.accounts[account]; a != nil && len(a.boxes) == 0 && a.keys.len() == 0 {
+		delete(m.accounts, account)
+	}
+}
