@@ -1,14 +1,9 @@
 package provider
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
-	dockerclient "github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -32,7 +27,7 @@ func TestAccSandbox_imageFromRegistry(t *testing.T) {
 	for _, tag := range []string{"acc/app:1", "acc/app:2"} {
 		ref := acc.registry.Push(t, tag, registrytest.BaseImage(t, host))
 		refs = append(refs, ref)
-		removeEngineImageLater(t, host, ref)
+		registrytest.RemoveImageLater(t, host, ref)
 	}
 	ids := statecheck.CompareValue(compare.ValuesDiffer())
 	cfg := func(image string) string {
@@ -75,35 +70,4 @@ func TestAccSandbox_imageFromRegistry(t *testing.T) {
 	if acc.registry.ManifestGETs("acc/app") < 2 {
 		t.Fatalf("the registry saw %d manifest GETs for acc/app: the images did not come from it", acc.registry.ManifestGETs("acc/app"))
 	}
-}
-
-// removeEngineImageLater removes ref's image from the engine when the
-// test ends (each is the test's own: a random layer on the base image).
-func removeEngineImageLater(t *testing.T, host, ref string) {
-	t.Cleanup(func() {
-		cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(host), dockerclient.WithAPIVersionNegotiation())
-		if err != nil {
-			return
-		}
-		defer cli.Close()
-		// The backend removes a deleted sandbox's container in the
-		// background, and an image a running container uses stays: try
-		// until it is gone.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		img, err := cli.ImageInspect(ctx, ref)
-		if err != nil {
-			return
-		}
-		for {
-			_, err := cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
-			if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
-				if err != nil {
-					t.Logf("cleanup: image %s stays: %v", ref, err)
-				}
-				return
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	})
 }

@@ -1,52 +1,15 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
-	dockerclient "github.com/docker/docker/client"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
-
-// removeImageLater removes ref's image from the engine when the test ends
-// (the images these tests push are their own: a random layer on top).
-func removeImageLater(t *testing.T, host, ref string) {
-	t.Cleanup(func() {
-		cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(host), dockerclient.WithAPIVersionNegotiation())
-		if err != nil {
-			return
-		}
-		defer cli.Close()
-		// The backend removes a deleted sandbox's container in the
-		// background, and an image a running container uses stays: try
-		// until it is gone.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		img, err := cli.ImageInspect(ctx, ref)
-		if err != nil {
-			return
-		}
-		for {
-			_, err := cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
-			if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
-				if err != nil {
-					t.Logf("cleanup: image %s stays: %v", ref, err)
-				}
-				return
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	})
-}
 
 // pullingBackend is a backend of its own that pulls missing images,
 // from allowed registries whatever their address.
@@ -99,7 +62,7 @@ func TestCreatePullsFromAllowedRegistry(t *testing.T) {
 	t.Parallel()
 	reg := registrytest.Start(t, registrytest.Options{})
 	ref := reg.Push(t, "team/app:1", registrytest.BaseImage(t, shared0Host(t)))
-	removeImageLater(t, shared0Host(t), ref)
+	registrytest.RemoveImageLater(t, shared0Host(t), ref)
 	c := pullingBackend(t, reg.Host)
 	sb := c.Running(tokA, map[string]any{"image": ref})
 	if sb.Image != ref {
@@ -171,7 +134,7 @@ func TestConcurrentCreatesSharePull(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := reg.Push(t, "team/once:1", img)
-	removeImageLater(t, shared0Host(t), ref)
+	registrytest.RemoveImageLater(t, shared0Host(t), ref)
 	c := pullingBackend(t, reg.Host)
 	var wg sync.WaitGroup
 	status := make([]int, 10)

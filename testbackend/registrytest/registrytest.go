@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -251,3 +253,35 @@ func (s *statusRecorder) WriteHeader(code int) {
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// RemoveImageLater removes ref's image from the engine at host when the
+// test ends (the images these tests push are their own: a random layer on
+// top).
+func RemoveImageLater(t *testing.T, host, ref string) {
+	t.Cleanup(func() {
+		cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(host), dockerclient.WithAPIVersionNegotiation())
+		if err != nil {
+			return
+		}
+		defer cli.Close()
+		// The backend removes a deleted sandbox's container in the
+		// background, and an image a running container uses stays: try
+		// until it is gone.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		img, err := cli.ImageInspect(ctx, ref)
+		if err != nil {
+			return
+		}
+		for {
+			_, err := cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+			if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
+				if err != nil {
+					t.Logf("cleanup: image %s stays: %v", ref, err)
+				}
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+}
