@@ -2,11 +2,17 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
+	"runtime/metrics"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
@@ -95,5 +101,96 @@ func TestLargeFileReadIsNotHTMLEscaped(t *testing.T) {
 	}
 	if len(body) > 2*size {
 		t.Fatalf("a file of %d bytes came back in a body of %d bytes (more than twice its size)", size, len(body))
+	}
+}
+
+// TestConcurrentLargeReadsBoundHeap: 16 reads at once of an 8,000,000-byte
+// file of '<' (the worst case for JSON escaping) cost the backend a bounded
+// multiple of what they carry. Each read allocates at most 16 x the file
+// (measured here: 12 x, 96 MB; 210 MB with HTML escaping back on), a
+// count that does not depend on how the reads overlap; and the heap,
+// sampled while they run, grows by at most 16 x 4 x the file, 512 MB,
+// even if all of them hold their content and their answer at once
+// (measured: about 60 MB; 375 MB of RSS with escaping in issue 27). The client here
+// discards what it reads, so the heap measured is the backend's.
+func TestConcurrentLargeReadsBoundHeap(t *testing.T) {
+	c := realBackend(t)
+	id := c.Running(tokA, map[string]any{"template": "base"}).ID
+	const size = 8_000_000
+	if out := c.command(id, "head -c 8000000 /dev/zero | tr '\\0' '<' > /home/user/lt && wc -c < /home/user/lt"); out.Stdout != "8000000\n" {
+		t.Fatalf("making the file: %v", out)
+	}
+	heap := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	allocs := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	runtime.GC()
+	base, alloc0 := heap(), allocs()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if h := heap(); h > peak.Load() {
+				peak.Store(h)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequest("GET", c.Base+"/sandboxes/"+id+"/files?path="+url.QueryEscape("/home/user/lt"), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+tokA)
+			resp, err := c.HTTP.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			n, err := io.Copy(io.Discard, resp.Body)
+			if err == nil && (resp.StatusCode != http.StatusOK || n < size || n > 2*size) {
+				err = fmt.Errorf("answer %d of %d bytes", resp.StatusCode, n)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a read: %v", err)
+		}
+	}
+	grew := int64(peak.Load()) - int64(base)
+	perRead := (allocs() - alloc0) / 16
+	t.Logf("16 reads of %d bytes at once: heap %d MB before, %d MB at the peak (+%d MB); %d MB allocated per read", size, base>>20, peak.Load()>>20, grew>>20, perRead>>20)
+	if limit := uint64(16 * size); perRead > limit {
+		t.Errorf("each read of a %d-byte file allocated %d MB, more than %d MB", size, perRead>>20, limit>>20)
+	}
+	if limit := int64(16 * 4 * size); grew > limit {
+		t.Errorf("the heap grew by %d MB while 16 reads of %d bytes ran, more than %d MB", grew>>20, size, limit>>20)
 	}
 }
