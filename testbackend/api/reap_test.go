@@ -118,18 +118,9 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	if err := os.RemoveAll(keptData); err != nil {
 		t.Fatal(err)
 	}
-	d, ok := b.Runtime().(*container.Docker)
-	if !ok {
-		t.Fatalf("runtime %T", b.Runtime())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	// Again awaited: a concurrent reaper may hold one of these leases
 	// while it removes the same containers.
-	eventually(t, time.Minute, func() error {
-		if _, err := instance.Reap(ctx, d, nil); err != nil {
-			return err
-		}
+	reapUntil(t, b, func() error {
 		for _, data := range []string{keptData, liveData} {
 			if n := instanceContainers(t, data); n != 0 {
 				return fmt.Errorf("%s: %d containers left after the reap", data, n)
@@ -152,9 +143,6 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	if err := os.MkdirAll(instance.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(instance.Dir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	rt, err := container.NewDocker(container.DockerOptions{Instance: inst, Network: container.NetworkNone, PullPolicy: "never"})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +155,12 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	}
 	if n := instanceContainers(t, data); n != 1 {
 		t.Fatalf("ephemeral leftover: %d containers, want 1", n)
+	}
+	// The lease last: a reaper of another test that saw it before the
+	// container existed would remove it, and the container, without a
+	// lease, would then be no one's to reap.
+	if err := os.WriteFile(filepath.Join(instance.Dir, inst+".lock"), []byte(data+"\nephemeral\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	return data
 }
@@ -262,16 +256,7 @@ func TestDeadBackendsEgressTableIsReaped(t *testing.T) {
 	if err := os.RemoveAll(keptData); err != nil {
 		t.Fatal(err)
 	}
-	d, ok := b.Runtime().(*container.Docker)
-	if !ok {
-		t.Fatalf("runtime %T", b.Runtime())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	eventually(t, time.Minute, func() error {
-		if _, err := instance.Reap(ctx, d, nil); err != nil {
-			return err
-		}
+	reapUntil(t, b, func() error {
 		if _, ok := deniedBy(t, keptData); ok {
 			return fmt.Errorf("%s: egress table left after the reap", keptData)
 		}
@@ -330,4 +315,22 @@ func TestStoppedBackendsWarmPoolIsReaped(t *testing.T) {
 		t.Fatalf("the sandbox after the reap and a restart: %+v", got)
 	}
 	c2.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
+}
+
+// reapUntil runs the reaper of b's engine until check holds (awaited:
+// another test's backend may hold a dead lease while it reaps).
+func reapUntil(t *testing.T, b *testbackend.Backend, check func() error) {
+	t.Helper()
+	d, ok := b.Runtime().(*container.Docker)
+	if !ok {
+		t.Fatalf("runtime %T", b.Runtime())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	eventually(t, time.Minute, func() error {
+		if _, err := instance.Reap(ctx, d, nil); err != nil {
+			return err
+		}
+		return check()
+	})
 }
