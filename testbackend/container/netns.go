@@ -37,14 +37,14 @@ import (
 //
 // Addresses come from the part of the subnet the engine's allocator does
 // not use (setup gives the engine the range network.json "ipam_range"). A
-// lease is a symlink leaseDir/<address> -> <container id>, made with
+// lease is a symlink LeaseDir/<address> -> <container id>, made with
 // symlink(2), which fails when the name exists: backends sharing the bridge
 // never hand out one address twice. A lease always points at an existing
 // namespace: the namespace is made before the lease and removed after it, so
 // a lease whose namespace is gone is a leftover of a crash (sweepNetns).
 
-// leaseDir holds the address leases of sandboxes wired by the backend.
-const leaseDir = "/run/rarecloud/addr"
+// LeaseDir holds the address leases of sandboxes wired by the backend.
+const LeaseDir = "/run/rarecloud/addr"
 
 // sandboxIface is the sandbox's end of its veth pair.
 const sandboxIface = "eth0"
@@ -58,7 +58,7 @@ type ownNet struct {
 	ipam    netip.Prefix // the engine's share of the subnet
 	mtu     int
 	netns   string // ocispec.NetnsDir, or a test's
-	leases  string // leaseDir, or a test's
+	leases  string // LeaseDir, or a test's
 }
 
 // ownNetFor is the wiring for sandboxes on network: the bridge setup made,
@@ -103,7 +103,7 @@ func ownNetFrom(n hostnet.Network) (*ownNet, error) {
 		mtu = 1500
 	}
 	return &ownNet{bridge: n.Bridge, subnet: subnet.Masked(), gateway: gw, ipam: ipam.Masked(), mtu: mtu,
-		netns: ocispec.NetnsDir, leases: leaseDir}, nil
+		netns: ocispec.NetnsDir, leases: LeaseDir}, nil
 }
 
 // hostIface names the bridge end of a container's veth pair (15 bytes at

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -218,6 +219,11 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	v := view(sb)
 	m.mu.Unlock()
 	werr := w.wait()
+	if werr == nil && v.Status == StatusRunning {
+		failpoint.Hit(failpoint.ClaimRecorded)
+	} else if werr == nil {
+		failpoint.Hit(failpoint.CreateRecorded)
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -349,22 +355,22 @@ func (m *Manager) specFor(sb *store.Sandbox) container.Spec {
 	}
 }
 
-// started records the outcome of a container start.
+// started records the outcome of a container start. A running status is
+// on disk before the API shows it: a sandbox the API reported running is
+// the same container after a crash (reconciliation adopts it), never one
+// started again under its id. Until then the sandbox stays pending and
+// m.starting keeps reconciliation off it.
 func (m *Manager) started(id, cid string, startErr error) {
 	m.mu.Lock()
-	delete(m.starting, id)
-	m.resumeRefillsLocked() // refills wait for cold starts (pool.go)
 	sb := m.boxes[id]
 	if sb == nil || sb.Status != StatusPending || m.expiring[id] {
-		// Deleted or expired while starting: the container must not outlive it.
+		m.startEndedLocked(id)
 		m.mu.Unlock()
-		if cid != "" || startErr == nil {
-			_ = m.rt.Remove(context.Background(), ContainerName(id))
-		}
-		m.releaseEgress(id)
+		m.discardStart(id, cid, startErr)
 		return
 	}
 	if startErr != nil {
+		m.startEndedLocked(id)
 		if m.ctx.Err() != nil {
 			m.mu.Unlock() // shutting down: the next start resumes this one
 			return
@@ -377,26 +383,73 @@ func (m *Manager) started(id, cid string, startErr error) {
 		}
 		m.log.Warn("sandbox start failed", "sandbox", id, "err", startErr)
 		m.mu.Unlock()
-		_ = m.rt.Remove(context.Background(), ContainerName(id))
-		m.releaseEgress(id)
+		m.failStart(sb, "the sandbox could not start: "+startErr.Error())
+		return
+	}
+	failpoint.Hit(failpoint.StartContainer)
+	// The container holds the environment now (every exec inherits it):
+	// the values, secrets among them, leave the record with this write.
+	next := *sb
+	next.ContainerID, next.Status, next.Env = cid, StatusRunning, nil
+	w := m.putSandboxLocked(&next)
+	m.mu.Unlock()
+	if err := w.wait(); err != nil {
 		m.mu.Lock()
-		if m.boxes[id] == sb && sb.Status == StatusPending {
-			m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, "the sandbox could not start: "+startErr.Error(), 0)
-		}
+		m.startEndedLocked(id)
 		m.mu.Unlock()
+		m.log.Warn("sandbox started but its running status could not be saved; ending it", "sandbox", id, "err", err)
+		m.failStart(sb, "the sandbox could not start: the backend could not save its state")
+		return
+	}
+	failpoint.Hit(failpoint.StartRecorded)
+
+	m.mu.Lock()
+	m.startEndedLocked(id)
+	if m.boxes[id] != sb || sb.Status != StatusPending || m.expiring[id] {
+		// Deleted or expired while its status was written: whoever did
+		// it wrote the record last; the container must not outlive it.
+		m.mu.Unlock()
+		m.discardStart(id, cid, nil)
 		return
 	}
 	sb.ContainerID = cid
 	sb.Status = StatusRunning
+	sb.Env = nil
 	m.reindexLocked(sb)
 	m.startIdleClockLocked(sb, time.Now())
 	m.scheduleLocked(sb)
-	// The container holds the environment now (every exec inherits it):
-	// the values, secrets among them, leave the record.
-	sb.Env = nil
-	_ = m.persistLocked(sb)
+	_ = m.persistLocked(sb) // the idle clock's deadline; the status is on disk
 	m.notifyLocked(id)
 	m.watchLocked(sb)
+	m.mu.Unlock()
+	failpoint.Hit(failpoint.StartAnswered)
+}
+
+// startEndedLocked says a start is over: reconciliation may judge the
+// sandbox again, and warm-pool refills held back for cold starts go on.
+func (m *Manager) startEndedLocked(id string) {
+	delete(m.starting, id)
+	m.resumeRefillsLocked() // refills wait for cold starts (pool.go)
+}
+
+// discardStart removes what the start of a sandbox that was deleted or
+// expired meanwhile made.
+func (m *Manager) discardStart(id, cid string, startErr error) {
+	if cid != "" || startErr == nil {
+		_ = m.rt.Remove(context.Background(), ContainerName(id))
+	}
+	m.releaseEgress(id)
+}
+
+// failStart removes a failed start's container and rules and ends the
+// sandbox start_failed with message.
+func (m *Manager) failStart(sb *store.Sandbox, message string) {
+	_ = m.rt.Remove(context.Background(), ContainerName(sb.ID))
+	m.releaseEgress(sb.ID)
+	m.mu.Lock()
+	if m.boxes[sb.ID] == sb && sb.Status == StatusPending {
+		m.endLocked(sb, StatusTerminated, nil, ReasonStartFailed, message, 0)
+	}
 	m.mu.Unlock()
 }
 

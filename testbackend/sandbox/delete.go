@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -32,6 +33,7 @@ func (m *Manager) Delete(ctx context.Context, account, id string) error {
 		m.mu.Unlock()
 		return errorf(CodeInternal, "could not delete the record of sandbox %s: %v", sb.ID, err)
 	}
+	failpoint.Hit(failpoint.DeleteRecorded)
 	m.mu.Lock()
 	m.removeDeletedLocked(sb)
 	m.mu.Unlock()

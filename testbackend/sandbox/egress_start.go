@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 )
 
 // startWithEgress starts a sandbox's container. A restricted sandbox gets
@@ -49,6 +50,7 @@ func (m *Manager) startWithEgress(id string, spec container.Spec) (string, error
 		if err := m.cfg.Egress.Apply(m.ctx, pol); err != nil {
 			return "", fmt.Errorf("egress: installing the sandbox's rules: %w", err)
 		}
+		failpoint.Hit(failpoint.EgressApplied)
 		m.mu.Lock()
 		var w *recordWrite
 		if cur := m.boxes[id]; cur == sb {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -216,6 +217,7 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content); err != nil {
 		return m.fileErr(id, path, true, err)
 	}
+	failpoint.Hit(failpoint.FileWritten)
 	return nil
 }
 

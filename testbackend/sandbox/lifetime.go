@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -138,6 +139,7 @@ func (m *Manager) Update(account, id string, req UpdateRequest) (View, error) {
 	if err := w.wait(); err != nil {
 		return View{}, errorf(CodeInternal, "could not save sandbox %s: %v", id, err)
 	}
+	failpoint.Hit(failpoint.PatchRecorded)
 	return v, nil
 }
 

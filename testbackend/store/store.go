@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 )
 
 // Sandbox is the durable record of one sandbox.
@@ -371,6 +373,7 @@ func writeAtomic(path string, data []byte, beforeSync *func(path string)) error 
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", filepath.Base(path), err)
 	}
+	failpoint.Hit(failpoint.StoreSynced)
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("store: rename %s: %w", filepath.Base(path), err)
 	}

@@ -20,9 +20,14 @@ import (
 // Package is the import path of the backend command.
 const Package = "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/cmd/rarecloud-testbackend"
 
-// Build compiles the backend command to path.
-func Build(ctx context.Context, path string) error {
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", path, Package).CombinedOutput()
+// Build compiles the backend command to path, with the build tags given
+// (the crash tests' "failpoints", package failpoint).
+func Build(ctx context.Context, path string, tags ...string) error {
+	args := []string{"build", "-o", path}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	out, err := exec.CommandContext(ctx, "go", append(args, Package)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("build the backend: %v\n%s", err, out)
 	}
@@ -46,6 +51,7 @@ type Options struct {
 	Addr   string   // listen address; "" picks a free loopback port
 	Args   []string // flags besides --listen
 	Log    *os.File // receives stdout and stderr; closed when the process ends
+	Env    []string // added to the environment the process inherits
 	// ListenTimeout bounds the wait for the port (default 2 minutes).
 	ListenTimeout time.Duration
 }
@@ -80,6 +86,9 @@ func Start(o Options) (*Process, error) {
 	cmd := exec.Command(o.Binary, append([]string{"--listen", addr}, o.Args...)...)
 	if o.Log != nil {
 		cmd.Stdout, cmd.Stderr = o.Log, o.Log
+	}
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
