@@ -33,21 +33,9 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 }
 
 func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest, idem *store.Idempotency) (CreateResult, error) {
-	image := tpl.Image
-	if req.Image != "" {
-		image = req.Image
-	}
-	// A warm container is proof enough of the image and the engine (unless
-	// the engine is known to be away, or was never reached): its claim
-	// skips their two engine round trips, which on a host busy with
-	// refills were a large part of a warm create.
-	m.mu.Lock()
-	warm := m.warmReadyLocked(tpl, req, image)
-	m.mu.Unlock()
-	if !warm || !m.engineTrusted() {
-		if err := m.ensureImage(ctx, image); err != nil {
-			return CreateResult{}, err
-		}
+	image, err := m.admitImage(ctx, tpl, req)
+	if err != nil {
+		return CreateResult{}, err
 	}
 	sb := m.newRecord(account, tpl, image, req, idem)
 	if m.immediate {
@@ -57,11 +45,11 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 	}
 
 	m.mu.Lock()
-	err := m.checkCapacityLocked(account, tpl)
-	if err == nil {
-		err = m.checkHostCapacityLocked(account, tpl)
+	cerr := m.checkCapacityLocked(account, tpl)
+	if cerr == nil {
+		cerr = m.checkHostCapacityLocked(account, tpl)
 	}
-	if err != nil {
+	if cerr != nil {
 		if sb.ContainerID != "" {
 			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
 		}
@@ -69,7 +57,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 		if sb.LogBytes > 0 {
 			m.dropLogs(sb.ID) // ran at once (startImmediate)
 		}
-		return CreateResult{}, err
+		return CreateResult{}, cerr
 	}
 	if sb.Status == StatusPending {
 		if claimed := m.claimLocked(sb.ID, tpl, req, image); claimed != "" {
@@ -77,96 +65,10 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 			m.startIdleClockLocked(sb, time.Now())
 		}
 	}
-	// The record holds its capacity from here; it is written off the lock
-	// and nothing of it starts before it is on disk.
-	w := m.putSandboxLocked(sb)
-	m.insertLocked(sb)
-	m.scheduleLocked(sb)
-	m.trimRetainedLocked(account) // a run-mode job started at once has ended
+	w := m.recordLocked(sb)
 	v := view(sb)
 	m.mu.Unlock()
-	werr := w.wait()
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if werr != nil {
-		if m.boxes[sb.ID] == sb {
-			m.forgetLocked(sb)
-		}
-		if sb.ContainerID != "" {
-			m.removeLaterLocked(sb.ContainerID) // claimed, or started at once
-		}
-		return CreateResult{}, errorf(CodeInternal, "could not save sandbox %s: %v", sb.ID, werr)
-	}
-	if m.boxes[sb.ID] != sb {
-		// Deleted before its record was on disk: Delete removes the claimed
-		// (or at once started) container, and nothing else was started.
-		return CreateResult{Sandbox: v}, nil
-	}
-	switch sb.Status {
-	case StatusPending:
-		m.startAsyncLocked(sb)
-	case StatusRunning:
-		m.watchLocked(sb) // a claimed, or at once started, container
-	}
-	return CreateResult{Sandbox: view(sb)}, nil
-}
-
-// ensureImage makes the image present (a pull within PullTimeout when the
-// policy allows one), once the engine answers, and one the runtime will
-// run (IMAGE_NOT_ALLOWED, IMAGE_PLATFORM_MISMATCH otherwise).
-func (m *Manager) ensureImage(ctx context.Context, image string) error {
-	if err := m.EngineAvailable(ctx); err != nil {
-		return err
-	}
-	pullCtx, cancel := context.WithTimeout(ctx, m.cfg.PullTimeout)
-	err := m.rt.EnsureImage(pullCtx, image)
-	cancel()
-	if err != nil {
-		if e := imageRefused(err); e != nil {
-			return e
-		}
-		if errors.Is(err, container.ErrImageUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-			// Not the runtime's text: it may carry what a registry or the
-			// engine answered (issue 26).
-			if errors.Is(err, context.DeadlineExceeded) {
-				return errorf(CodeImagePullFailed, "image %q could not be pulled in time; try again shortly", image)
-			}
-			return errorf(CodeImagePullFailed, "image %q is not available: it is not on the engine and could not be pulled from its registry", image)
-		}
-		return m.mapRuntimeErr("", err)
-	}
-	return nil
-}
-
-// newRecord is the record of a new sandbox, pending.
-func (m *Manager) newRecord(account string, tpl Template, image string, req CreateRequest, idem *store.Idempotency) *store.Sandbox {
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	sb := &store.Sandbox{
-		ID:         newID(),
-		Account:    account,
-		Status:     StatusPending,
-		Template:   tpl.Name,
-		Image:      image,
-		CreatedAt:  now,
-		TimeoutMs:  *req.TimeoutMs,
-		ExpiresAt:  now.Add(time.Duration(*req.TimeoutMs) * time.Millisecond),
-		RunMode:    req.Run || len(req.Entrypoint) > 0 || len(req.Cmd) > 0,
-		Entrypoint: req.Entrypoint,
-		Cmd:        req.Cmd,
-		Env:        req.Env,
-		EnvKeys:    sortedKeys(req.Env),
-		Labels:     req.Labels,
-
-		EgressMode:      req.EgressMode,
-		EgressAllowlist: req.EgressAllowlist,
-
-		IdleTimeoutMs: req.idleMs,
-	}
-	if idem != nil {
-		sb.IdempotencyKey, sb.RequestHash = idem.Key, idem.RequestHash
-	}
-	return sb
+	return m.recorded(sb, v, w.wait())
 }
 
 // startAsyncLocked starts the sandbox's container in the background; the
