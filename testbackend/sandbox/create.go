@@ -16,11 +16,10 @@ type CreateResult struct {
 	Replayed bool // an earlier request with the same Idempotency-Key made it
 }
 
-// Create validates the request, makes sure the image is there, records a
-// pending sandbox and starts its container in the background. A request
-// with an Idempotency-Key goes through createIdempotent
-// (create_idempotency.go), which replays an earlier answer or settles the
-// key with this one.
+// Create validates the request (validate.go) and has create make the
+// sandbox: admitted, placed and recorded. A request with an
+// Idempotency-Key goes through createIdempotent (create_idempotency.go),
+// which replays an earlier answer or settles the key with this one.
 func (m *Manager) Create(ctx context.Context, account, idemKey string, req CreateRequest) (CreateResult, error) {
 	tpl, verr := m.validate(&req)
 	if verr != nil {
@@ -32,40 +31,33 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 	return m.createIdempotent(ctx, account, idemKey, tpl, req)
 }
 
+// create makes a valid sandbox in three steps, each in its own file:
+// admit (create_admit.go) refuses what this backend cannot take now,
+// before anything of the sandbox is made, so a refusal costs nothing;
+// place (create_place.go) gives it a container if it gets one before its
+// record is written; record (create_record.go) writes the record, and
+// once it is on disk starts what place left pending. The lock is held
+// from the capacity check to the record's insertion, so the capacity
+// checked is the capacity taken, except while a start at once runs, when
+// admission's hold keeps the sandbox's vCPUs.
 func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest, idem *store.Idempotency) (CreateResult, error) {
 	image, err := m.admitImage(ctx, tpl, req)
 	if err != nil {
 		return CreateResult{}, err
 	}
-	sb := m.newRecord(account, tpl, image, req, idem)
-	if m.immediate {
-		if err := m.startImmediate(ctx, sb); err != nil {
-			return CreateResult{}, err
-		}
-	}
-
 	m.mu.Lock()
-	cerr := m.checkCapacityLocked(account, tpl)
-	if cerr == nil {
-		cerr = m.checkHostCapacityLocked(account, tpl)
-	}
-	if cerr != nil {
-		if sb.ContainerID != "" {
-			m.removeLaterLocked(sb.ContainerID) // started at once (startImmediate)
-		}
+	h, err := m.admitLocked(account, tpl)
+	if err != nil {
 		m.mu.Unlock()
-		if sb.LogBytes > 0 {
-			m.dropLogs(sb.ID) // ran at once (startImmediate)
-		}
-		return CreateResult{}, cerr
+		return CreateResult{}, err
 	}
-	if sb.Status == StatusPending {
-		if claimed := m.claimLocked(sb.ID, tpl, req, image); claimed != "" {
-			sb.Status, sb.ContainerID = StatusRunning, claimed
-			m.startIdleClockLocked(sb, time.Now())
-		}
+	sb := m.newRecord(account, tpl, image, req, idem)
+	if err := m.placeLocked(ctx, sb, tpl, req); err != nil {
+		m.unholdLocked(h)
+		m.mu.Unlock()
+		return CreateResult{}, err
 	}
-	w := m.recordLocked(sb)
+	w := m.recordLocked(sb, h)
 	v := view(sb)
 	m.mu.Unlock()
 	return m.recorded(sb, v, w.wait())

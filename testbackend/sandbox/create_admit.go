@@ -9,7 +9,10 @@ import (
 
 // Admission is the step of a create that refuses what this backend
 // cannot take now, the request being valid (validate.go): an image it
-// cannot pull or will not run (admitImage).
+// cannot pull or will not run (admitImage), then an account past its vCPU
+// limit, or its share of the host, or a host that is full (admitLocked).
+// All of it comes before anything of the sandbox is made: a refusal
+// leaves no record and no container.
 
 // admitImage is the image a sandbox of tpl runs for req, once it is on
 // the engine and the runtime will run it (ensureImage). It runs off the
@@ -59,4 +62,25 @@ func (m *Manager) ensureImage(ctx context.Context, image string) error {
 		return m.mapRuntimeErr("", err)
 	}
 	return nil
+}
+
+// admitLocked refuses a sandbox of tpl that account has no room for: one
+// that would take it past its vCPU limit (capacity.go), or the live
+// sandboxes past the host's capacity or it past its share of that
+// (hostcap.go). It holds the vCPUs of an admitted sandbox (holdLocked,
+// index.go) until the record counts them (recordLocked) or the create
+// gives up (unholdLocked), so a create racing this one cannot be admitted
+// into the same room while the lock is given up for a start at once
+// (placeLocked). The host's capacity needs no hold: it counts the
+// records, and nothing gives up the lock between this check and the
+// record's insertion but that start, on the test mode's runtime, which it
+// does not count.
+func (m *Manager) admitLocked(account string, tpl Template) (hold, error) {
+	if err := m.checkCapacityLocked(account, tpl); err != nil {
+		return hold{}, err
+	}
+	if err := m.checkHostCapacityLocked(account, tpl); err != nil {
+		return hold{}, err
+	}
+	return m.holdLocked(account, milliVCPU(tpl.VCPU)), nil
 }

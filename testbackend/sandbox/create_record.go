@@ -42,13 +42,14 @@ func (m *Manager) newRecord(account string, tpl Template, image string, req Crea
 }
 
 // recordLocked hands the placed sandbox's record to the writer and puts it
-// into m.boxes; the caller waits for the write off the lock, then calls
-// recorded.
-func (m *Manager) recordLocked(sb *store.Sandbox) *recordWrite {
+// into m.boxes, where it counts the vCPUs admission held for it (h); the
+// caller waits for the write off the lock, then calls recorded.
+func (m *Manager) recordLocked(sb *store.Sandbox, h hold) *recordWrite {
 	// The record holds its capacity from here; it is written off the lock
 	// and nothing of it starts before it is on disk.
 	w := m.putSandboxLocked(sb)
 	m.insertLocked(sb)
+	m.unholdLocked(h)
 	m.scheduleLocked(sb)
 	m.trimRetainedLocked(sb.Account) // a run-mode job started at once has ended
 	return w
