@@ -15,8 +15,9 @@ import (
 // leaves no record and no container.
 
 // admitImage is the image a sandbox of tpl runs for req, once it is on
-// the engine and the runtime will run it (ensureImage). It runs off the
-// lock: a pull may take up to PullTimeout.
+// the engine and the runtime will run it (ensureImage). The lock is held
+// only to look at the warm pool, never for ensureImage: a pull may take
+// up to PullTimeout.
 func (m *Manager) admitImage(ctx context.Context, tpl Template, req CreateRequest) (string, error) {
 	image := tpl.Image
 	if req.Image != "" {
