@@ -27,12 +27,13 @@ func (m *Manager) vcpuLimit(account string) float64 {
 	return m.cfg.VCPULimit
 }
 
-// vcpusInUseLocked is the vCPUs of the account's live sandboxes: a
-// counter its index keeps as sandboxes start, end and go (index.go), not
-// a sum over records.
+// vcpusInUseLocked is the vCPUs of the account's live sandboxes, and of
+// its admitted creates whose records are not in yet (their holds): a
+// counter its index keeps as sandboxes are admitted, start, end and go
+// (index.go), not a sum over records.
 func (m *Manager) vcpusInUseLocked(account string) float64 {
 	if a := m.accounts[account]; a != nil {
-		return float64(a.liveMilli) / 1000
+		return float64(a.liveMilli+a.heldMilli) / 1000
 	}
 	return 0
 }
@@ -42,8 +43,9 @@ func (m *Manager) sandboxVCPU(sb *store.Sandbox) float64 {
 }
 
 // checkCapacityLocked refuses a sandbox that would take the account past
-// its limit. It runs under the lock that also inserts the record, so two
-// creates at once cannot both take the last vCPUs.
+// its limit. It runs under the lock under which admission then holds the
+// vCPUs it allowed (admitLocked, create_admit.go), so two creates at once
+// cannot both take the last vCPUs.
 func (m *Manager) checkCapacityLocked(account string, tpl Template) *Error {
 	limit := m.vcpuLimit(account)
 	used := m.vcpusInUseLocked(account)

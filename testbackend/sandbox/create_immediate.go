@@ -32,7 +32,8 @@ func (m *Manager) startImmediate(ctx context.Context, sb *store.Sandbox) error {
 	}
 	code, ended := exit.Code, sb.CreatedAt
 	// The output goes to the log file before the record is first written
-	// (create removes it again if the record never is).
+	// (if the record never is, the next start removes the file as an
+	// orphan, lifecycle.go).
 	sb.Status, sb.ExitCode, sb.EndedAt, sb.LogBytes, sb.ContainerID = StatusExited, &code, &ended, m.saveLogs(sb.ID, logs), ""
 	return nil
 }

@@ -64,43 +64,6 @@ type EgressEnforcer interface {
 	Sync(ctx context.Context, ps []EgressPolicy) error
 }
 
-// validateEgress checks egressMode and egressAllowlist and fills in the
-// default mode.
-func validateEgress(req *CreateRequest) *Error {
-	switch req.EgressMode {
-	case "":
-		req.EgressMode = EgressAllowAll
-	case EgressAllowAll, EgressDenyAll, EgressAllowList:
-	default:
-		return errorf(CodeInvalidEgress, "egressMode %q is not one of %s, %s or %s", req.EgressMode, EgressAllowAll, EgressDenyAll, EgressAllowList)
-	}
-	if req.EgressMode != EgressAllowList {
-		if req.EgressAllowlist != nil {
-			return errorf(CodeInvalidEgress, "egressAllowlist is only allowed with egressMode %s (egressMode is %s)", EgressAllowList, req.EgressMode)
-		}
-		return nil
-	}
-	n := len(req.EgressAllowlist)
-	switch {
-	case n == 0:
-		return errorf(CodeInvalidEgress, "egressMode %s needs at least one host name in egressAllowlist; to allow nothing use egressMode %s", EgressAllowList, EgressDenyAll)
-	case n > MaxEgressAllowlist:
-		return errorf(CodeInvalidEgress, "egressAllowlist has %d entries; at most %d are allowed", n, MaxEgressAllowlist)
-	}
-	seen := map[string]int{}
-	for i, name := range req.EgressAllowlist {
-		if err := egressname.Problem(name); err != "" {
-			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q %s", i, name, err)
-		}
-		key := egressname.Key(name)
-		if j, dup := seen[key]; dup {
-			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q repeats egressAllowlist[%d]", i, name, j)
-		}
-		seen[key] = i
-	}
-	return nil
-}
-
 // egressRestricted reports whether a record has a policy to enforce.
 func egressRestricted(sb *store.Sandbox) bool {
 	return sb.EgressMode == EgressDenyAll || sb.EgressMode == EgressAllowList

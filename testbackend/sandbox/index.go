@@ -12,7 +12,9 @@ import (
 // They are kept under m.mu beside m.boxes, by the few places that change
 // it: insertLocked (a record enters m.boxes), reindexLocked (its status
 // changed) and dropLocked (it leaves). Each record's entry remembers what
-// it counted for, so that taking it out undoes exactly that.
+// it counted for, so that taking it out undoes exactly that. Besides the
+// records, an account's index counts the vCPUs admitted for its creates
+// whose records are not in m.boxes yet (holdLocked, unholdLocked).
 
 // accountIndex is what the manager knows of one account's records.
 type accountIndex struct {
@@ -20,6 +22,9 @@ type accountIndex struct {
 	// liveMilli is the vCPUs, in thousandths, of its pending and running
 	// sandboxes: integers, so adding and taking away never drift.
 	liveMilli int64
+	// heldMilli is the vCPUs, in thousandths, held for its admitted
+	// creates until their records count them (create_admit.go).
+	heldMilli int64
 	// ended holds its ended sandboxes' ids, oldest EndedAt first, and keys
 	// its settled idempotency keys (as keys of m.idem), oldest first: what
 	// the per-account caps forget first (caps.go).
@@ -76,6 +81,25 @@ func (m *Manager) reindexLocked(sb *store.Sandbox) {
 	}
 }
 
+// hold is the vCPUs held for one admitted create, in its account's index.
+type hold struct {
+	account string
+	milli   int64
+}
+
+// holdLocked holds milli thousandths of a vCPU for a create of account.
+func (m *Manager) holdLocked(account string, milli int64) hold {
+	m.accountLocked(account).heldMilli += milli
+	return hold{account: account, milli: milli}
+}
+
+// unholdLocked gives a hold back. The account's index is still there: an
+// index with a hold is never dropped.
+func (m *Manager) unholdLocked(h hold) {
+	m.accounts[h.account].heldMilli -= h.milli
+	m.dropEmptyAccountLocked(h.account)
+}
+
 // unindexLocked takes the record out of its account's index.
 func (m *Manager) unindexLocked(sb *store.Sandbox) {
 	a := m.accounts[sb.Account]
@@ -95,7 +119,7 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 // dropEmptyAccountLocked forgets the index of an account that has nothing
 // left in it.
 func (m *Manager) dropEmptyAccountLocked(account string) {
-	if a := m.accounts[account]; a != nil && len(a.boxes) == 0 && a.keys.len() == 0 {
+	if a := m.accounts[account]; a != nil && len(a.boxes) == 0 && a.keys.len() == 0 && a.heldMilli == 0 {
 		delete(m.accounts, account)
 	}
 }

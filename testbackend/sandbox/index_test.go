@@ -33,6 +33,9 @@ func checkIndex(m *Manager) error {
 		}
 	}
 	for account, a := range m.accounts {
+		if a.heldMilli != 0 {
+			return fmt.Errorf("account %s: the index holds %d milli-vCPUs with no create in flight", account, a.heldMilli)
+		}
 		if len(a.boxes) > 0 && ids[account] == nil {
 			return fmt.Errorf("account %s: the index has %d sandboxes, the records none", account, len(a.boxes))
 		}

@@ -103,7 +103,7 @@ type Manager struct {
 	cfg Config
 	rt  container.Runtime
 	// immediate: the runtime runs nothing (container.Immediate), so a
-	// create starts its sandbox before it answers (create.go).
+	// create starts its sandbox before it answers (create_place.go).
 	immediate bool
 	st        *store.Store
 	disk      *recordWriter // writes records off mu (records.go)

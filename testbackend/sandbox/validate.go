@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/distribution/reference"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/internal/egressname"
 )
 
 // CreateRequest is the body of POST /v1/sandboxes.
@@ -70,8 +72,12 @@ var (
 	envKeyRe   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// validate checks a create request and fills in defaults. It returns the
-// template the sandbox is sized by.
+// validate checks a create request and fills in defaults: every rule of
+// the request, its fields' (below; idleTimeoutMs's is PATCH's too and
+// lives with it, lifetime.go) and whether this backend can enforce the
+// egress mode asked for (egress.go). It returns the template the sandbox
+// is sized by. Create validates before it looks at the Idempotency-Key:
+// nothing refused here spends one.
 func (m *Manager) validate(req *CreateRequest) (Template, *Error) {
 	if req.Template == "" {
 		req.Template = "base"
@@ -116,6 +122,43 @@ func (m *Manager) validate(req *CreateRequest) (Template, *Error) {
 		return Template{}, err
 	}
 	return tpl, nil
+}
+
+// validateEgress checks egressMode and egressAllowlist and fills in the
+// default mode.
+func validateEgress(req *CreateRequest) *Error {
+	switch req.EgressMode {
+	case "":
+		req.EgressMode = EgressAllowAll
+	case EgressAllowAll, EgressDenyAll, EgressAllowList:
+	default:
+		return errorf(CodeInvalidEgress, "egressMode %q is not one of %s, %s or %s", req.EgressMode, EgressAllowAll, EgressDenyAll, EgressAllowList)
+	}
+	if req.EgressMode != EgressAllowList {
+		if req.EgressAllowlist != nil {
+			return errorf(CodeInvalidEgress, "egressAllowlist is only allowed with egressMode %s (egressMode is %s)", EgressAllowList, req.EgressMode)
+		}
+		return nil
+	}
+	n := len(req.EgressAllowlist)
+	switch {
+	case n == 0:
+		return errorf(CodeInvalidEgress, "egressMode %s needs at least one host name in egressAllowlist; to allow nothing use egressMode %s", EgressAllowList, EgressDenyAll)
+	case n > MaxEgressAllowlist:
+		return errorf(CodeInvalidEgress, "egressAllowlist has %d entries; at most %d are allowed", n, MaxEgressAllowlist)
+	}
+	seen := map[string]int{}
+	for i, name := range req.EgressAllowlist {
+		if err := egressname.Problem(name); err != "" {
+			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q %s", i, name, err)
+		}
+		key := egressname.Key(name)
+		if j, dup := seen[key]; dup {
+			return errorf(CodeInvalidEgress, "egressAllowlist[%d] %q repeats egressAllowlist[%d]", i, name, j)
+		}
+		seen[key] = i
+	}
+	return nil
 }
 
 func validateImage(ref string) *Error {
