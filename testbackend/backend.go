@@ -23,6 +23,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
@@ -64,7 +65,7 @@ type Config struct {
 	// pull (default container.DefaultPullTimeout); MaxImageBytes an image
 	// unpacked and MaxDownloadBytes its declared compressed size;
 	// ImageBudgetBytes what pulled images may take before unused ones go.
-	// Zero values take the defaults (container.Default*).
+	// Zero values take the defaults (container.DefaultPullTimeout, docker.Default*).
 	AllowRegistries  []string
 	PullTimeout      time.Duration
 	MaxImageBytes    int64
@@ -267,7 +268,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err := hostnet.CheckFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
-		b.rt, err = container.NewDocker(container.DockerOptions{
+		b.rt, err = docker.New(docker.Options{
 			Host:             cfg.DockerHost,
 			RuntimeName:      cfg.Runtime,
 			Network:          cfg.Network,
@@ -482,7 +483,7 @@ func (b *Backend) startLease(ctx context.Context, inst, dataDir string, ephemera
 		return err
 	}
 	b.lease = l
-	if d, ok := b.rt.(*container.Docker); ok {
+	if d, ok := b.rt.(*docker.Runtime); ok {
 		if _, err := instance.Reap(ctx, d, logger); err != nil {
 			logger.Warn("reaping the containers of backends that are gone", "err", err)
 		}

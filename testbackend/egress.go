@@ -10,6 +10,7 @@ import (
 	"os/exec"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
@@ -51,11 +52,11 @@ func startEgress(cfg Config, rt container.Runtime, instance string) (*egress.Con
 }
 
 func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Controller, error) {
-	d, ok := rt.(*container.Docker)
+	d, ok := rt.(*docker.Runtime)
 	if !ok {
 		return nil, errors.New("it needs the Docker runtime")
 	}
-	if cfg.Network == container.NetworkNone {
+	if cfg.Network == docker.NetworkNone {
 		return nil, errors.New("sandboxes have no network (--network none)")
 	}
 	if os.Geteuid() != 0 {
