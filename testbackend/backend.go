@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,7 +117,7 @@ type Config struct {
 	// StartSlots is how many container starts run at once, in turns across
 	// accounts (0: sandbox.DefaultStartSlots).
 	StartSlots int
-	// Egress control (egress.go): EgressControl is "auto" (default: on when
+	// Egress control (package egress, startup.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
 	// allowed names (default the sandboxes' forwarder make setup runs).
@@ -150,6 +151,13 @@ type Config struct {
 	Logger          *slog.Logger
 }
 
+// Egress control settings of Config.EgressControl.
+const (
+	EgressAuto = egress.ControlAuto
+	EgressOn   = egress.ControlOn
+	EgressOff  = egress.ControlOff
+)
+
 // Account holds per-account settings.
 type Account struct {
 	Account   string  `json:"account"`
@@ -165,6 +173,7 @@ type Backend struct {
 	srv         *http.Server
 	mgr         *sandbox.Manager
 	rt          container.Runtime
+	docker      *docker.Runtime // rt in real mode; nil in test mode
 	lease       *instance.Lease
 	egress      *egress.Controller
 	egressWhy   string // why there is no egress control
@@ -268,7 +277,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err := hostnet.CheckFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
-		b.rt, err = docker.New(docker.Options{
+		d, err := docker.New(docker.Options{
 			Host:             cfg.DockerHost,
 			RuntimeName:      cfg.Runtime,
 			Network:          cfg.Network,
@@ -284,11 +293,23 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
 		}
+		b.rt, b.docker = d, d
 		if err := b.startLease(ctx, instance.ID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
-		if b.egress, b.egressWhy, err = startEgress(cfg, b.rt, instance.ID(dataDir)); err != nil {
+		if b.egress, b.egressWhy, err = egress.StartOnHost(egress.HostSetup{
+			Control:     cfg.EgressControl,
+			Instance:    instance.ID(dataDir),
+			Network:     cfg.Network,
+			NoNetwork:   cfg.Network == docker.NetworkNone,
+			DNSUpstream: cfg.EgressDNSUpstream,
+			Used: func(ctx context.Context) ([]netip.Addr, error) {
+				_, _, used, err := d.NetworkAddresses(ctx)
+				return used, err
+			},
+			Logger: cfg.Logger,
+		}); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
@@ -446,6 +467,10 @@ func (b *Backend) DevTokenCreated() bool { return b.devTokenNew }
 // runtime), for tests.
 func (b *Backend) Runtime() container.Runtime { return b.rt }
 
+// Docker exposes the Docker runtime in real mode (nil in test mode), for
+// tests that drive the engine behind the backend, as its reaper.
+func (b *Backend) Docker() *docker.Runtime { return b.docker }
+
 // Manager exposes the lifecycle, for tests that need to look behind the API.
 func (b *Backend) Manager() *sandbox.Manager { return b.mgr }
 
@@ -483,10 +508,27 @@ func (b *Backend) startLease(ctx context.Context, inst, dataDir string, ephemera
 		return err
 	}
 	b.lease = l
-	if d, ok := b.rt.(*docker.Runtime); ok {
-		if _, err := instance.Reap(ctx, d, logger); err != nil {
-			logger.Warn("reaping the containers of backends that are gone", "err", err)
-		}
+	if _, err := instance.Reap(ctx, b.docker, logger); err != nil {
+		logger.Warn("reaping the containers of backends that are gone", "err", err)
 	}
 	return nil
 }
+
+// egressEnforcer is what the sandbox manager gets: the controller, or a
+// stand-in that explains why there is none.
+func (b *Backend) egressEnforcer() sandbox.EgressEnforcer {
+	if b.egress != nil {
+		return b.egress
+	}
+	return egress.Unavailable(b.egressWhy)
+}
+
+func (b *Backend) closeEgress() {
+	if b.egress != nil {
+		_ = b.egress.Close()
+		b.egress = nil
+	}
+}
+
+// Egress exposes the egress controller (nil without egress control), for tests.
+func (b *Backend) Egress() *egress.Controller { return b.egress }

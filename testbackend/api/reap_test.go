@@ -322,9 +322,9 @@ func TestStoppedBackendsWarmPoolIsReaped(t *testing.T) {
 // another test's backend may hold a dead lease while it reaps).
 func reapUntil(t *testing.T, b *testbackend.Backend, check func() error) {
 	t.Helper()
-	d, ok := b.Runtime().(*docker.Runtime)
-	if !ok {
-		t.Fatalf("runtime %T", b.Runtime())
+	d := b.Docker()
+	if d == nil {
+		t.Fatalf("runtime %T: not the Docker runtime", b.Runtime())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
