@@ -30,6 +30,8 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode/takeover"
 )
 
 // Token is one API token the backend accepts.
@@ -180,6 +182,10 @@ type Backend struct {
 	done        chan struct{}
 }
 
+// TestModeDir is where, inside the data directory, the test mode's
+// runtime keeps its containers and their files.
+const TestModeDir = "testmode"
+
 // DevTokenFile is where a backend without configured tokens keeps its
 // development token, inside the data directory.
 const DevTokenFile = "dev-token"
@@ -269,9 +275,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	poolSize := cfg.PoolSize
 	switch cfg.Mode {
 	case sandbox.ModeTest:
-		if b.rt, err = openTestRuntime(dataDir, st); err != nil {
+		rt, err := testmode.Open(filepath.Join(dataDir, TestModeDir))
+		if err != nil {
 			return nil, err
 		}
+		if err := takeover.Records(rt, st); err != nil {
+			return nil, err
+		}
+		b.rt = rt
 		poolSize = 0 // nothing to warm: its containers start at once
 	case sandbox.ModeReal:
 		if err := hostnet.CheckFirewall(ctx, cfg.Network); err != nil {

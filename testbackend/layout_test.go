@@ -71,7 +71,7 @@ func TestRuntimeSeamLinksNoEngine(t *testing.T) {
 		"github.com/vishvananda/netlink", "github.com/vishvananda/netns",
 		module + "/testbackend/container/docker", module + "/testbackend/container/netwire",
 	}
-	for _, pkg := range []string{"./container", "./sandbox", "./api", "./testmode"} {
+	for _, pkg := range []string{"./container", "./sandbox", "./api", "./testmode", "./testmode/takeover"} {
 		out, err := exec.Command(gocmd, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)
