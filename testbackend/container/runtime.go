@@ -88,11 +88,11 @@ type Exit struct {
 	Err  error // set when waiting failed (engine gone, container removed)
 	// Reason is set when the runtime itself ended the container, and says why.
 	Reason string
-	// What the engine knows (package docker's exitcause.go): OOMKilled, the kernel killed
-	// the container at its memory limit (and nobody asked the engine to
-	// kill it); Killed, someone asked the engine to signal it (docker
-	// kill, stop, rm -f); Removed, the container was already gone when
-	// asked.
+	// What the engine knows (package docker's exitcause.go): OOMKilled,
+	// the kernel killed the container at its memory limit (and nobody
+	// asked the engine to kill it); Killed, someone asked the engine to
+	// signal it (docker kill, stop, rm -f); Removed, the container was
+	// already gone when asked.
 	OOMKilled bool
 	Killed    bool
 	Removed   bool
@@ -119,8 +119,9 @@ type Runtime interface {
 	Address() string
 	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable when it
 	// may not pull; ErrImageRefused (an *ImageRefusedError, images.go) for an image the runtime will
-	// not run, a registry or size it refuses, or a pull that failed (package docker's image_policy.go
-	// and registry.go): the refusal's message is for clients and carries nothing a registry or the engine said.
+	// not run, a registry or size it refuses, or a pull that failed (package docker's
+	// image_policy.go and registry.go): the refusal's message is for clients and carries nothing
+	// a registry or the engine said.
 	EnsureImage(ctx context.Context, ref string) error
 	// Start creates and starts a locked-down container and returns its id; the image's metadata is
 	// neutralised, and a refused image is ErrImageRefused (package docker's image_policy.go).

@@ -14,7 +14,7 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
-// containerErr maps engine errors about one container onto the package's
+// containerErr maps engine errors about one container onto the runtime seam's
 // error values.
 func (d *Runtime) containerErr(op, id string, err error) error {
 	switch {

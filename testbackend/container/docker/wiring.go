@@ -54,7 +54,7 @@ func hostsFile(addr netip.Addr, hostname string) []byte {
 }
 
 // useOwnNet has the engine create the container without a network (no
-// endpoint, no prestart hook: attach wires it) and mounts a hosts file,
+// endpoint, no prestart hook: wireNet wires it) and mounts a hosts file,
 // empty until wireNet fills it in before the container starts. It returns
 // the file's host path.
 func (d *Runtime) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) (string, error) {
