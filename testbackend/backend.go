@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,11 +24,14 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/apispec"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode/takeover"
 )
 
 // Token is one API token the backend accepts.
@@ -64,7 +68,7 @@ type Config struct {
 	// pull (default container.DefaultPullTimeout); MaxImageBytes an image
 	// unpacked and MaxDownloadBytes its declared compressed size;
 	// ImageBudgetBytes what pulled images may take before unused ones go.
-	// Zero values take the defaults (container.Default*).
+	// Zero values take the defaults (container.DefaultPullTimeout, docker.Default*).
 	AllowRegistries  []string
 	PullTimeout      time.Duration
 	MaxImageBytes    int64
@@ -115,7 +119,7 @@ type Config struct {
 	// StartSlots is how many container starts run at once, in turns across
 	// accounts (0: sandbox.DefaultStartSlots).
 	StartSlots int
-	// Egress control (egress.go): EgressControl is "auto" (default: on when
+	// Egress control (package egress, startup.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
 	// allowed names (default the sandboxes' forwarder make setup runs).
@@ -149,6 +153,13 @@ type Config struct {
 	Logger          *slog.Logger
 }
 
+// Egress control settings of Config.EgressControl.
+const (
+	EgressAuto = egress.ControlAuto
+	EgressOn   = egress.ControlOn
+	EgressOff  = egress.ControlOff
+)
+
 // Account holds per-account settings.
 type Account struct {
 	Account   string  `json:"account"`
@@ -164,11 +175,16 @@ type Backend struct {
 	srv         *http.Server
 	mgr         *sandbox.Manager
 	rt          container.Runtime
+	docker      *docker.Runtime // rt in real mode; nil in test mode
 	lease       *instance.Lease
 	egress      *egress.Controller
 	egressWhy   string // why there is no egress control
 	done        chan struct{}
 }
+
+// TestModeDir is where, inside the data directory, the test mode's
+// runtime keeps its containers and their files.
+const TestModeDir = "testmode"
 
 // DevTokenFile is where a backend without configured tokens keeps its
 // development token, inside the data directory.
@@ -259,15 +275,20 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	poolSize := cfg.PoolSize
 	switch cfg.Mode {
 	case sandbox.ModeTest:
-		if b.rt, err = openTestRuntime(dataDir, st); err != nil {
+		rt, err := testmode.Open(filepath.Join(dataDir, TestModeDir))
+		if err != nil {
 			return nil, err
 		}
+		if err := takeover.Records(rt, st); err != nil {
+			return nil, err
+		}
+		b.rt = rt
 		poolSize = 0 // nothing to warm: its containers start at once
 	case sandbox.ModeReal:
 		if err := hostnet.CheckFirewall(ctx, cfg.Network); err != nil {
 			return nil, err
 		}
-		b.rt, err = container.NewDocker(container.DockerOptions{
+		d, err := docker.New(docker.Options{
 			Host:             cfg.DockerHost,
 			RuntimeName:      cfg.Runtime,
 			Network:          cfg.Network,
@@ -283,11 +304,23 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)
 		}
+		b.rt, b.docker = d, d
 		if err := b.startLease(ctx, instance.ID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
-		if b.egress, b.egressWhy, err = startEgress(cfg, b.rt, instance.ID(dataDir)); err != nil {
+		if b.egress, b.egressWhy, err = egress.StartOnHost(egress.HostSetup{
+			Control:     cfg.EgressControl,
+			Instance:    instance.ID(dataDir),
+			Network:     cfg.Network,
+			NoNetwork:   cfg.Network == docker.NetworkNone,
+			DNSUpstream: cfg.EgressDNSUpstream,
+			Used: func(ctx context.Context) ([]netip.Addr, error) {
+				_, _, used, err := d.NetworkAddresses(ctx)
+				return used, err
+			},
+			Logger: cfg.Logger,
+		}); err != nil {
 			b.closeRuntime()
 			return nil, err
 		}
@@ -445,6 +478,10 @@ func (b *Backend) DevTokenCreated() bool { return b.devTokenNew }
 // runtime), for tests.
 func (b *Backend) Runtime() container.Runtime { return b.rt }
 
+// Docker exposes the Docker runtime in real mode (nil in test mode), for
+// tests that drive the engine behind the backend, as its reaper.
+func (b *Backend) Docker() *docker.Runtime { return b.docker }
+
 // Manager exposes the lifecycle, for tests that need to look behind the API.
 func (b *Backend) Manager() *sandbox.Manager { return b.mgr }
 
@@ -482,10 +519,27 @@ func (b *Backend) startLease(ctx context.Context, inst, dataDir string, ephemera
 		return err
 	}
 	b.lease = l
-	if d, ok := b.rt.(*container.Docker); ok {
-		if _, err := instance.Reap(ctx, d, logger); err != nil {
-			logger.Warn("reaping the containers of backends that are gone", "err", err)
-		}
+	if _, err := instance.Reap(ctx, b.docker, logger); err != nil {
+		logger.Warn("reaping the containers of backends that are gone", "err", err)
 	}
 	return nil
 }
+
+// egressEnforcer is what the sandbox manager gets: the controller, or a
+// stand-in that explains why there is none.
+func (b *Backend) egressEnforcer() sandbox.EgressEnforcer {
+	if b.egress != nil {
+		return b.egress
+	}
+	return egress.Unavailable(b.egressWhy)
+}
+
+func (b *Backend) closeEgress() {
+	if b.egress != nil {
+		_ = b.egress.Close()
+		b.egress = nil
+	}
+}
+
+// Egress exposes the egress controller (nil without egress control), for tests.
+func (b *Backend) Egress() *egress.Controller { return b.egress }

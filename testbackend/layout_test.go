@@ -3,6 +3,7 @@ package testbackend
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,5 +52,40 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 	}
 	if seen < 10 {
 		t.Fatalf("found only %d packages: the walk is wrong", seen)
+	}
+}
+
+// TestRuntimeSeamLinksNoEngine: the lifecycle, the API, the test mode and
+// the runtime interface link no engine code, neither Docker's client nor
+// netlink nor the packages that use them (container/docker,
+// container/netwire), so a second runtime is one new package beside
+// container/docker and nothing of the lifecycle changes.
+func TestRuntimeSeamLinksNoEngine(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list dependencies: %v", err)
+	}
+	const module = "github.com/RareCloudio/terraform-provider-rarecloud"
+	forbidden := []string{
+		"github.com/docker/", "github.com/moby/", "github.com/containerd/",
+		"github.com/vishvananda/netlink", "github.com/vishvananda/netns",
+		module + "/testbackend/container/docker", module + "/testbackend/container/netwire",
+	}
+	for _, pkg := range []string{"./container", "./sandbox", "./api", "./testmode", "./testmode/takeover"} {
+		out, err := exec.Command(gocmd, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 2 {
+			t.Fatalf("go list -deps %s listed %q: the listing is wrong", pkg, deps)
+		}
+		for _, dep := range deps {
+			for _, f := range forbidden {
+				if dep == f || strings.HasPrefix(dep, f) && (strings.HasSuffix(f, "/") || strings.HasPrefix(dep, f+"/")) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
 	}
 }

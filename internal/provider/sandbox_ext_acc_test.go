@@ -24,6 +24,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/internal/client"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 )
 
 // Acceptance tests of the extensions of API v1 on real gVisor sandboxes.
@@ -268,7 +269,7 @@ func killContainer(t *testing.T, id string) {
 	}
 	host := os.Getenv("DOCKER_HOST")
 	if host == "" {
-		host = container.DefaultHost
+		host = docker.DefaultHost
 	}
 	out, err := exec.CommandContext(ctx, "docker", "-H", host, "kill", cid).CombinedOutput()
 	if err != nil {

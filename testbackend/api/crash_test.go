@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/netwire"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
@@ -426,7 +428,7 @@ func recordsIn(t *testing.T, data string) []*store.Sandbox {
 // listInstance lists the containers of the backend instance of data.
 func listInstance(t *testing.T, data string) []container.Container {
 	t.Helper()
-	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
+	rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,9 +491,9 @@ func egressAddresses(t *testing.T, data string) []string {
 
 // leaseOf is the address lease pointing at container cid ("" for none).
 func leaseOf(cid string) string {
-	entries, _ := os.ReadDir(container.LeaseDir)
+	entries, _ := os.ReadDir(netwire.LeaseDir)
 	for _, e := range entries {
-		if target, err := os.Readlink(filepath.Join(container.LeaseDir, e.Name())); err == nil && filepath.Base(target) == cid {
+		if target, err := os.Readlink(filepath.Join(netwire.LeaseDir, e.Name())); err == nil && filepath.Base(target) == cid {
 			return e.Name()
 		}
 	}

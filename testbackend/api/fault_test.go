@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
@@ -144,7 +145,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if out := c.command(sb.ID, "echo alive"); out.Stdout != "alive\n" {
 				t.Fatalf("sandbox: %+v", out)
 			}
-			rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
+			rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +311,7 @@ resource "rarecloud_sandbox" "s" {
 	if out, err := destroy.CombinedOutput(); err != nil {
 		t.Fatalf("destroy: %v\n%s", err, out)
 	}
-	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
+	rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}

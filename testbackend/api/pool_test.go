@@ -7,6 +7,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
@@ -118,7 +119,7 @@ func TestWarmPool(t *testing.T) {
 // were started for the warm pool, claimed or not.
 func poolContainers(ctx context.Context, t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(dir)})
+	rt, err := docker.New(docker.Options{Instance: instance.ID(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
@@ -20,7 +21,7 @@ import (
 // instanceContainers counts the containers of the backend on data.
 func instanceContainers(t *testing.T, data string) int {
 	t.Helper()
-	rt, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(data)})
+	rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func ephemeralLeftover(t *testing.T, root string) string {
 	if err := os.MkdirAll(instance.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := container.NewDocker(container.DockerOptions{Instance: inst, Network: container.NetworkNone, PullPolicy: "never"})
+	rt, err := docker.New(docker.Options{Instance: inst, Network: docker.NetworkNone, PullPolicy: "never"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,9 +322,9 @@ func TestStoppedBackendsWarmPoolIsReaped(t *testing.T) {
 // another test's backend may hold a dead lease while it reaps).
 func reapUntil(t *testing.T, b *testbackend.Backend, check func() error) {
 	t.Helper()
-	d, ok := b.Runtime().(*container.Docker)
-	if !ok {
-		t.Fatalf("runtime %T", b.Runtime())
+	d := b.Docker()
+	if d == nil {
+		t.Fatalf("runtime %T: not the Docker runtime", b.Runtime())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

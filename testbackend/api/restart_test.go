@@ -10,6 +10,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	sbxpkg "github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
@@ -60,7 +61,7 @@ func TestRestartKeepsRecordsAndReconciles(t *testing.T) {
 	// a lifetime runs out and a run-mode job ends.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	orphanRT, err := container.NewDocker(container.DockerOptions{Instance: instance.ID(dir), PullPolicy: "never", Network: "none"})
+	orphanRT, err := docker.New(docker.Options{Instance: instance.ID(dir), PullPolicy: "never", Network: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}

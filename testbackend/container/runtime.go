@@ -1,8 +1,10 @@
-// Package container runs sandboxes as Docker containers under the gVisor
-// runtime. It knows nothing about accounts, records or HTTP: the sandbox
-// package decides what to run, this package only drives the engine.
-// Runtime is what the sandbox package drives; the test mode drives
-// package testmode's instead.
+// Package container is the runtime seam: the interface the sandbox
+// lifecycle drives (Runtime), what it says to one (Spec, ExecRequest) and
+// hears back (Exit, Container, ExecResult), the labels every owned
+// container carries, and the errors it maps onto API codes. It imports no
+// engine: package docker implements Runtime on a Docker engine under
+// gVisor, package testmode one that runs nothing, and another runtime is
+// one more package that implements it.
 package container
 
 import (
@@ -14,7 +16,7 @@ import (
 
 // Errors the sandbox package maps onto API codes.
 var (
-	// ErrEngineUnavailable means the Docker engine did not answer.
+	// ErrEngineUnavailable means the container engine did not answer.
 	ErrEngineUnavailable = errors.New("container engine unavailable")
 	// ErrImageUnavailable means the image is not present and could not be pulled.
 	ErrImageUnavailable = errors.New("image unavailable")
@@ -86,11 +88,11 @@ type Exit struct {
 	Err  error // set when waiting failed (engine gone, container removed)
 	// Reason is set when the runtime itself ended the container, and says why.
 	Reason string
-	// What the engine knows (exitcause.go): OOMKilled, the kernel killed
-	// the container at its memory limit (and nobody asked the engine to
-	// kill it); Killed, someone asked the engine to signal it (docker
-	// kill, stop, rm -f); Removed, the container was already gone when
-	// asked.
+	// What the engine knows (package docker's exitcause.go): OOMKilled,
+	// the kernel killed the container at its memory limit (and nobody
+	// asked the engine to kill it); Killed, someone asked the engine to
+	// signal it (docker kill, stop, rm -f); Removed, the container was
+	// already gone when asked.
 	OOMKilled bool
 	Killed    bool
 	Removed   bool
@@ -116,12 +118,13 @@ type Runtime interface {
 	// Address is the engine address, for error messages.
 	Address() string
 	// EnsureImage makes the image present, pulling when the policy allows. ErrImageUnavailable when it
-	// may not pull; ErrImageRefused (an *ImageRefusedError) for an image the runtime will not run
-	// (image_policy.go), a registry or size it refuses, or a pull that failed (registry.go): the
-	// refusal's message is for clients and carries nothing a registry or the engine said.
+	// may not pull; ErrImageRefused (an *ImageRefusedError, images.go) for an image the runtime will
+	// not run, a registry or size it refuses, or a pull that failed (package docker's
+	// image_policy.go and registry.go): the refusal's message is for clients and carries nothing
+	// a registry or the engine said.
 	EnsureImage(ctx context.Context, ref string) error
 	// Start creates and starts a locked-down container and returns its id; the image's metadata is
-	// neutralised, and a refused image is ErrImageRefused (image_policy.go).
+	// neutralised, and a refused image is ErrImageRefused (package docker's image_policy.go).
 	Start(ctx context.Context, spec Spec) (string, error)
 	// Prepare readies a started container for its first command, so that
 	// command costs what a later one does (warm containers are prepared

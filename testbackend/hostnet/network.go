@@ -25,7 +25,7 @@ type Network struct {
 	Bridge  string `json:"bridge"`
 	// Subnet holds every sandbox address; Gateway is the host's address
 	// on it; IPAMRange the part the engine's own allocator hands out (the
-	// backend leases the rest itself, container/netns.go).
+	// backend leases the rest itself, container/netwire).
 	Subnet    string `json:"subnet"`
 	Gateway   string `json:"gateway"`
 	IPAMRange string `json:"ipam_range"`

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -25,7 +25,7 @@ import (
 // before leases existed, or the lease directory was cleared) are left
 // alone; `make teardown` removes those. It returns how many containers it
 // removed.
-func Reap(ctx context.Context, d *container.Docker, logger *slog.Logger) (int, error) {
+func Reap(ctx context.Context, d *docker.Runtime, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -80,7 +80,7 @@ func Reap(ctx context.Context, d *container.Docker, logger *slog.Logger) (int, e
 
 // reapInstance removes one dead instance's containers and its lease while
 // holding the lease, so that nothing starts on that instance meanwhile.
-func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []container.Owned) (int, error) {
+func reapInstance(ctx context.Context, d *docker.Runtime, inst string, ids []docker.Owned) (int, error) {
 	path := filepath.Join(Dir, inst+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -124,7 +124,7 @@ func reapInstance(ctx context.Context, d *container.Docker, inst string, ids []c
 
 // reapEgressTables deletes the egress table of every instance that is not
 // running (its lease is not held) and has no container in left.
-func reapEgressTables(ctx context.Context, left map[string][]container.Owned) (int, error) {
+func reapEgressTables(ctx context.Context, left map[string][]docker.Owned) (int, error) {
 	tables, err := egress.Tables(ctx, egress.TablePrefix)
 	if err != nil {
 		return 0, err
@@ -163,8 +163,8 @@ func leaseHeld(inst string) bool {
 // none of its sandbox records (under dir) names. It holds the instance's
 // lease meanwhile (reapInstance), so the instance cannot start and claim
 // one. Records it cannot read keep every container.
-func reapUnclaimedPool(ctx context.Context, d *container.Docker, inst, dir string, ids []container.Owned) (int, error) {
-	if !slices.ContainsFunc(ids, func(c container.Owned) bool { return c.Pool }) {
+func reapUnclaimedPool(ctx context.Context, d *docker.Runtime, inst, dir string, ids []docker.Owned) (int, error) {
+	if !slices.ContainsFunc(ids, func(c docker.Owned) bool { return c.Pool }) {
 		return 0, nil
 	}
 	records, err := store.SandboxesIn(filepath.Join(dir, "records"))

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -98,7 +98,7 @@ func TestHostileAgentOutputBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := startBackend(filepath.Join(dir, "data"), testbackend.Config{Network: container.NetworkNone, HomeBytes: smallDisk, TmpBytes: smallDisk, Agent: agentPath})
+	b, err := startBackend(filepath.Join(dir, "data"), testbackend.Config{Network: docker.NetworkNone, HomeBytes: smallDisk, TmpBytes: smallDisk, Agent: agentPath})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/api"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -91,7 +91,7 @@ func TestMain(m *testing.M) {
 }
 
 // engineHost is the engine `make setup` starts.
-func engineHost() string { return container.DefaultHost }
+func engineHost() string { return docker.DefaultHost }
 
 // requireEngine fails (never skips) when the engine or the template images
 // are missing, and says how to get them.

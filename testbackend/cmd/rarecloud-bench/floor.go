@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -38,22 +39,22 @@ var echoArgv = []string{"sh", "-c", "echo hi"}
 // floorRig is a runtime with no agent and no backend in front of it, on the
 // same network and with the same limits as a sandbox of the base template.
 type floorRig struct {
-	d *container.Docker
+	d *docker.Runtime
 	// eng starts the same containers with the engine's own networking
 	// (libnetwork), for the cost of what the backend's wiring replaced.
-	eng *container.Docker
+	eng *docker.Runtime
 	n   atomic.Int64
 }
 
 func newFloorRig() (*floorRig, error) {
-	opts := container.DockerOptions{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: container.AgentNone}
-	d, err := container.NewDocker(opts)
+	opts := docker.Options{Instance: fmt.Sprintf("bench-floor-%d", os.Getpid()), PullPolicy: "never", Agent: docker.AgentNone}
+	d, err := docker.New(opts)
 	if err != nil {
 		return nil, err
 	}
 	opts.Instance += "-engnet"
 	opts.EngineNetworking = true
-	eng, err := container.NewDocker(opts)
+	eng, err := docker.New(opts)
 	if err != nil {
 		_ = d.Close()
 		return nil, err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
@@ -44,9 +45,9 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Pull, "pull", "missing", "image pull policy: missing or never")
 	fs.Var(registryList{&cfg.AllowRegistries}, "allow-registry", "registry (host[:port], exactly as image references name it) to pull custom images from whatever its address; repeatable or comma-separated, also RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES. Any other registry must resolve to public addresses only (testbackend/IMAGES.md)")
 	fs.DurationVar(&cfg.PullTimeout, "pull-timeout", container.DefaultPullTimeout, "how long one image pull, and a create waiting for it, may take")
-	fs.Int64Var(&cfg.MaxImageBytes, "max-image-bytes", container.DefaultMaxImageBytes, "largest custom image, unpacked, in bytes; a larger one is removed and refused (422 IMAGE_TOO_LARGE)")
-	fs.Int64Var(&cfg.MaxDownloadBytes, "max-image-download-bytes", container.DefaultMaxDownloadBytes, "largest custom image, compressed as its manifest declares it, in bytes; refused before the pull")
-	fs.Int64Var(&cfg.ImageBudgetBytes, "image-budget-bytes", container.DefaultImageBudgetBytes, "what the images this backend pulled may take on the engine; past it unused ones are removed, least recently used first (template images never)")
+	fs.Int64Var(&cfg.MaxImageBytes, "max-image-bytes", docker.DefaultMaxImageBytes, "largest custom image, unpacked, in bytes; a larger one is removed and refused (422 IMAGE_TOO_LARGE)")
+	fs.Int64Var(&cfg.MaxDownloadBytes, "max-image-download-bytes", docker.DefaultMaxDownloadBytes, "largest custom image, compressed as its manifest declares it, in bytes; refused before the pull")
+	fs.Int64Var(&cfg.ImageBudgetBytes, "image-budget-bytes", docker.DefaultImageBudgetBytes, "what the images this backend pulled may take on the engine; past it unused ones are removed, least recently used first (template images never)")
 	fs.StringVar(&cfg.Network, "network", "", "Docker network for sandboxes (default the one make setup made; none for no network)")
 	fs.DurationVar(&cfg.Retention, "retention", 24*time.Hour, "how long exited and terminated sandboxes stay readable")
 	fs.IntVar(&cfg.MaxRetainedPerAccount, "max-retained-per-account", sandbox.DefaultMaxRetainedPerAccount, "exited and terminated sandboxes kept per account for --retention; past it the account's oldest (by when they ended) are forgotten early, record and logs, as if deleted")
@@ -136,7 +137,7 @@ func envDefaults(fs *flag.FlagSet) error {
 
 // reapOrphans is --reap: what a starting backend does first, alone.
 func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
-	d, err := container.NewDocker(container.DockerOptions{Host: host, Instance: "reaper"})
+	d, err := docker.New(docker.Options{Host: host, Instance: "reaper"})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/network"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // These tests drive the real engine that `make setup` starts, with real
@@ -46,7 +48,7 @@ func randomID(t *testing.T) string {
 
 // requireEngine is the one place that decides whether the engine is there:
 // when it is not, the test fails (it does not skip) and says how to get it.
-func requireEngine(t *testing.T, opts DockerOptions) *Docker {
+func requireEngine(t *testing.T, opts Options) *Runtime {
 	t.Helper()
 	host := testHost()
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
@@ -58,7 +60,7 @@ func requireEngine(t *testing.T, opts DockerOptions) *Docker {
 	if opts.Instance == "" {
 		opts.Instance = "rt-test-" + randomID(t)
 	}
-	d, err := NewDocker(opts)
+	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +88,10 @@ func requireEngine(t *testing.T, opts DockerOptions) *Docker {
 	return d
 }
 
-func testSpec(t *testing.T) Spec {
-	return Spec{
+func testSpec(t *testing.T) container.Spec {
+	return container.Spec{
 		Image:       baseImage,
-		Labels:      map[string]string{LabelSandboxID: "sbx-" + randomID(t)},
+		Labels:      map[string]string{container.LabelSandboxID: "sbx-" + randomID(t)},
 		NanoCPUs:    1e9,
 		MemoryBytes: 256 * mib,
 		HomeBytes:   64 * mib,
@@ -99,7 +101,7 @@ func testSpec(t *testing.T) Spec {
 }
 
 // start starts spec and registers its removal before looking at the error.
-func start(t *testing.T, d *Docker, spec Spec) string {
+func start(t *testing.T, d *Runtime, spec container.Spec) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -120,7 +122,7 @@ func start(t *testing.T, d *Docker, spec Spec) string {
 	return id
 }
 
-func exec(t *testing.T, d *Docker, id string, req ExecRequest) ExecResult {
+func exec(t *testing.T, d *Runtime, id string, req container.ExecRequest) container.ExecResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -131,7 +133,7 @@ func exec(t *testing.T, d *Docker, id string, req ExecRequest) ExecResult {
 	return res
 }
 
-func wantExit(t *testing.T, res ExecResult, code int) {
+func wantExit(t *testing.T, res container.ExecResult, code int) {
 	t.Helper()
 	if res.ExitCode == nil {
 		t.Fatalf("exit code nil (timed out %v), want %d; stdout %q stderr %q", res.TimedOut, code, res.Stdout, res.Stderr)
@@ -143,30 +145,30 @@ func wantExit(t *testing.T, res ExecResult, code int) {
 
 // execModes runs fn through the engine's exec (Agent: none) and through the
 // sandbox agent (the default when its binary is installed), in parallel.
-func execModes(t *testing.T, fn func(t *testing.T, opts DockerOptions)) {
+func execModes(t *testing.T, fn func(t *testing.T, opts Options)) {
 	for _, m := range []struct{ name, agent string }{{"engine-exec", AgentNone}, {"agent", ""}} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			fn(t, DockerOptions{Agent: m.agent})
+			fn(t, Options{Agent: m.agent})
 		})
 	}
 }
 
 func TestStartExecEcho(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		spec := testSpec(t)
 		spec.Env = map[string]string{"FOO": "bar baz"}
 		id := start(t, d, spec)
 
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"echo", "hello"}})
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"echo", "hello"}})
 		wantExit(t, res, 0)
 		if string(res.Stdout) != "hello\n" || len(res.Stderr) != 0 || res.TimedOut || res.StdoutTruncated {
 			t.Fatalf("got %+v", res)
 		}
 
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo "$FOO|$HOME|$(pwd)|$PATH"`}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", `echo "$FOO|$HOME|$(pwd)|$PATH"`}})
 		wantExit(t, res, 0)
 		parts := strings.Split(strings.TrimSpace(string(res.Stdout)), "|")
 		if len(parts) != 4 || parts[0] != "bar baz" || parts[1] != "/home/user" || parts[2] != "/home/user" ||
@@ -176,8 +178,8 @@ func TestStartExecEcho(t *testing.T) {
 
 		ctx := context.Background()
 		c, err := d.Inspect(ctx, id)
-		if err != nil || !c.Running || c.Labels[LabelManaged] != "true" || c.Labels[LabelInstance] != d.Instance() ||
-			c.Labels[LabelSandboxID] != spec.Labels[LabelSandboxID] {
+		if err != nil || !c.Running || c.Labels[container.LabelManaged] != "true" || c.Labels[container.LabelInstance] != d.Instance() ||
+			c.Labels[container.LabelSandboxID] != spec.Labels[container.LabelSandboxID] {
 			t.Fatalf("Inspect: %+v, %v", c, err)
 		}
 	})
@@ -185,7 +187,7 @@ func TestStartExecEcho(t *testing.T) {
 
 func TestExecStdinRoundTrip(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		id := start(t, d, testSpec(t))
 
@@ -200,21 +202,21 @@ func TestExecStdinRoundTrip(t *testing.T) {
 		want := content.Bytes()
 
 		path := "/home/user/dir/sub/file.bin"
-		res := exec(t, d, id, ExecRequest{
+		res := exec(t, d, id, container.ExecRequest{
 			Cmd:     []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1"`, "sh", path},
 			Stdin:   bytes.NewReader(want),
 			Timeout: 30 * time.Second,
 		})
 		wantExit(t, res, 0)
 
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"cat", path}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"cat", path}})
 		wantExit(t, res, 0)
 		if !bytes.Equal(res.Stdout, want) {
 			t.Fatalf("read back %d bytes, wrote %d; first difference at %d", len(res.Stdout), len(want), firstDiff(res.Stdout, want))
 		}
 
 		// Empty stdin still delivers EOF.
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "cat | wc -c"}, Stdin: strings.NewReader(""), Timeout: 10 * time.Second})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "cat | wc -c"}, Stdin: strings.NewReader(""), Timeout: 10 * time.Second})
 		wantExit(t, res, 0)
 		if strings.TrimSpace(string(res.Stdout)) != "0" {
 			t.Fatalf("wc of empty stdin: %q", res.Stdout)
@@ -237,12 +239,12 @@ var processList = []string{"sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' < 
 
 func TestExecTimeout(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		id := start(t, d, testSpec(t))
 
 		t0 := time.Now()
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo started; sleep 30; echo never"}, Timeout: time.Second})
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "echo started; sleep 30; echo never"}, Timeout: time.Second})
 		took := time.Since(t0)
 		if !res.TimedOut || res.ExitCode != nil {
 			t.Fatalf("want TimedOut and nil exit code, got %+v (exit %v)", res, deref(res.ExitCode))
@@ -253,14 +255,14 @@ func TestExecTimeout(t *testing.T) {
 		t.Logf("1s timeout returned after %v", took.Round(time.Millisecond))
 
 		// The process is really gone, not just the client.
-		res = exec(t, d, id, ExecRequest{Cmd: processList})
+		res = exec(t, d, id, container.ExecRequest{Cmd: processList})
 		wantExit(t, res, 0)
 		if strings.Contains(string(res.Stdout), "sleep 30") || strings.Contains(string(res.Stdout), "echo never") {
 			t.Fatalf("timed-out process still running:\n%s", res.Stdout)
 		}
 
 		// A command within its timeout is unaffected.
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "sleep 0.2; exit 5"}, Timeout: 10 * time.Second})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "sleep 0.2; exit 5"}, Timeout: 10 * time.Second})
 		wantExit(t, res, 5)
 		if res.TimedOut {
 			t.Fatal("TimedOut set for a command that finished in time")
@@ -277,11 +279,11 @@ func deref(p *int) any {
 
 func TestExecOutputCap(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		id := start(t, d, testSpec(t))
 
-		res := exec(t, d, id, ExecRequest{
+		res := exec(t, d, id, container.ExecRequest{
 			Cmd:       []string{"sh", "-c", `head -c 2000000 /dev/zero | tr '\0' a; printf 'short' >&2; exit 4`},
 			MaxOutput: 1000,
 			Timeout:   30 * time.Second,
@@ -298,16 +300,16 @@ func TestExecOutputCap(t *testing.T) {
 
 func TestExecExitCodeAndStreams(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		id := start(t, d, testSpec(t))
 
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
 		wantExit(t, res, 7)
 		if string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
 			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
 		}
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"no-such-command-here"}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"no-such-command-here"}})
 		if res.ExitCode == nil || *res.ExitCode == 0 {
 			t.Fatalf("missing command: exit %v", deref(res.ExitCode))
 		}
@@ -316,7 +318,7 @@ func TestExecExitCodeAndStreams(t *testing.T) {
 
 func TestRunMode(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -337,7 +339,7 @@ func TestRunMode(t *testing.T) {
 		t.Fatalf("Logs tail 4: %q, %v", tail, err)
 	}
 	// Exec into an exited container.
-	if _, err := d.Exec(ctx, id, ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, ErrNotRunning) {
+	if _, err := d.Exec(ctx, id, container.ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, container.ErrNotRunning) {
 		t.Fatalf("Exec on exited container: %v, want ErrNotRunning", err)
 	}
 	cs, err := d.List(ctx)
@@ -383,7 +385,7 @@ func TestRunMode(t *testing.T) {
 
 func TestLockdown(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		spec := testSpec(t)
 		spec.HomeBytes = 8 * mib
@@ -393,35 +395,35 @@ func TestLockdown(t *testing.T) {
 		// /etc is root's anyway; /var/tmp (mode 1777 in the image) shows the
 		// root file system itself is read only.
 		for _, path := range []string{"/etc/probe", "/var/tmp/probe"} {
-			res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > "$1"`, "sh", path}})
+			res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", `echo x > "$1"`, "sh", path}})
 			if res.ExitCode == nil || *res.ExitCode == 0 {
 				t.Fatalf("write to %s succeeded: %+v", path, res)
 			}
 		}
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", `echo x > /var/tmp/probe`}})
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", `echo x > /var/tmp/probe`}})
 		if !strings.Contains(string(res.Stderr), "Read-only file system") {
 			t.Fatalf("write to /var/tmp: exit %v stderr %q", deref(res.ExitCode), res.Stderr)
 		}
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
 		wantExit(t, res, 0)
 		if string(res.Stdout) != "10001\n10001\n" {
 			t.Fatalf("id: %q", res.Stdout)
 		}
 
 		// The home tmpfs is 8 MiB: writing 16 MiB fails, /tmp is writable.
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/home/user/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/home/user/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
 		if res.ExitCode == nil || *res.ExitCode == 0 || strings.Contains(string(res.Stdout), "wrote-all") ||
 			!strings.Contains(string(res.Stderr), "No space left") {
 			t.Fatalf("dd past the home size: exit %v stdout %q stderr %q", deref(res.ExitCode), res.Stdout, res.Stderr)
 		}
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo ok > /tmp/f && cat /tmp/f && stat -c %a /tmp"}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "echo ok > /tmp/f && cat /tmp/f && stat -c %a /tmp"}})
 		wantExit(t, res, 0)
 		if string(res.Stdout) != "ok\n1777\n" {
 			t.Fatalf("/tmp: %q", res.Stdout)
 		}
 
 		// gVisor, no capabilities, no new privileges, the nproc limit.
-		res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dmesg | head -n 3; uname -r; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; grep 'Max processes' /proc/self/limits"}})
+		res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "dmesg | head -n 3; uname -r; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; grep 'Max processes' /proc/self/limits"}})
 		wantExit(t, res, 0)
 		out := string(res.Stdout)
 		if !strings.Contains(out, "gVisor") {
@@ -440,7 +442,7 @@ func TestLockdown(t *testing.T) {
 
 func TestRemoveIdempotent(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	id := start(t, d, testSpec(t))
@@ -456,13 +458,13 @@ func TestRemoveIdempotent(t *testing.T) {
 	if err := d.Remove(ctx, "0123456789ab-does-not-exist"); err != nil {
 		t.Fatalf("Remove of an unknown id: %v", err)
 	}
-	if _, err := d.Exec(ctx, id, ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, ErrNotFound) {
+	if _, err := d.Exec(ctx, id, container.ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("Exec after Remove: %v, want ErrNotFound", err)
 	}
-	if _, err := d.Logs(ctx, id, 100); !errors.Is(err, ErrNotFound) {
+	if _, err := d.Logs(ctx, id, 100); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("Logs after Remove: %v, want ErrNotFound", err)
 	}
-	if ex := d.Wait(ctx, id); !errors.Is(ex.Err, ErrNotFound) {
+	if ex := d.Wait(ctx, id); !errors.Is(ex.Err, container.ErrNotFound) {
 		t.Fatalf("Wait after Remove: %+v, want ErrNotFound", ex)
 	}
 	if cs, err := d.List(ctx); err != nil || len(cs) != 0 {
@@ -474,7 +476,7 @@ func TestRemoveIdempotent(t *testing.T) {
 // each return only when it is gone, so its name is free for a new one.
 func TestRemoveWaitsForARemovalUnderWay(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spec := testSpec(t)
@@ -488,7 +490,7 @@ func TestRemoveWaitsForARemovalUnderWay(t *testing.T) {
 				errs <- err
 				return
 			}
-			if _, err := d.Inspect(ctx, id); !errors.Is(err, ErrNotFound) {
+			if _, err := d.Inspect(ctx, id); !errors.Is(err, container.ErrNotFound) {
 				errs <- fmt.Errorf("Remove returned while the container was still there (inspect: %v)", err)
 				return
 			}
@@ -509,26 +511,26 @@ func TestRemoveWaitsForARemovalUnderWay(t *testing.T) {
 
 func TestListOnlyOwnInstance(t *testing.T) {
 	t.Parallel()
-	a := requireEngine(t, DockerOptions{})
-	b := requireEngine(t, DockerOptions{})
+	a := requireEngine(t, Options{})
+	b := requireEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	idA := start(t, a, testSpec(t))
 	idB := start(t, b, testSpec(t))
 
 	for _, tc := range []struct {
-		d    *Docker
+		d    *Runtime
 		want string
 	}{{a, idA}, {b, idB}} {
 		cs, err := tc.d.List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cs) != 1 || cs[0].ID != tc.want || !cs[0].Running || cs[0].Labels[LabelInstance] != tc.d.Instance() {
+		if len(cs) != 1 || cs[0].ID != tc.want || !cs[0].Running || cs[0].Labels[container.LabelInstance] != tc.d.Instance() {
 			t.Fatalf("instance %s lists %+v, want only %s", tc.d.Instance(), cs, tc.want)
 		}
 	}
-	if _, err := a.Inspect(ctx, idB); !errors.Is(err, ErrNotFound) {
+	if _, err := a.Inspect(ctx, idB); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("Inspect of another instance's container: %v, want ErrNotFound", err)
 	}
 }
@@ -538,13 +540,13 @@ func TestEnsureImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	never := requireEngine(t, DockerOptions{PullPolicy: PullNever})
+	never := requireEngine(t, Options{PullPolicy: PullNever})
 	if err := never.EnsureImage(ctx, baseImage); err != nil {
 		t.Fatalf("present image: %v", err)
 	}
 	t0 := time.Now()
 	err := never.EnsureImage(ctx, "rarecloud/no-such-image:"+randomID(t))
-	if !errors.Is(err, ErrImageUnavailable) {
+	if !errors.Is(err, container.ErrImageUnavailable) {
 		t.Fatalf("missing image with pull never: %v after %v", err, time.Since(t0))
 	}
 	t.Logf("pull never: %v", err)
@@ -552,23 +554,23 @@ func TestEnsureImage(t *testing.T) {
 	// A pull that fails: a registry on a loopback port nobody listens on
 	// (no traffic leaves the machine), allowed, so the pull is tried; the
 	// error is the backend's own (registry.go). Not allowed, it is refused.
-	missing := requireEngine(t, DockerOptions{PullPolicy: PullMissing, AllowRegistries: []string{"127.0.0.1:9"}})
+	missing := requireEngine(t, Options{PullPolicy: PullMissing, AllowRegistries: []string{"127.0.0.1:9"}})
 	err = missing.EnsureImage(ctx, "127.0.0.1:9/rarecloud/none:latest")
-	var refused *ImageRefusedError
-	if !errors.As(err, &refused) || refused.Rule != RulePull || strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("failing pull: %v, want the backend's own %s refusal", err, RulePull)
+	var refused *container.ImageRefusedError
+	if !errors.As(err, &refused) || refused.Rule != container.RulePull || strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("failing pull: %v, want the backend's own %s refusal", err, container.RulePull)
 	}
 	t.Logf("failing pull: %v", err)
-	err = requireEngine(t, DockerOptions{PullPolicy: PullMissing}).EnsureImage(ctx, "127.0.0.1:9/rarecloud/none:latest")
-	if !errors.As(err, &refused) || refused.Rule != RuleRegistry {
-		t.Fatalf("pull from a loopback registry not allowed: %v, want a %s refusal", err, RuleRegistry)
+	err = requireEngine(t, Options{PullPolicy: PullMissing}).EnsureImage(ctx, "127.0.0.1:9/rarecloud/none:latest")
+	if !errors.As(err, &refused) || refused.Rule != container.RuleRegistry {
+		t.Fatalf("pull from a loopback registry not allowed: %v, want a %s refusal", err, container.RuleRegistry)
 	}
 
 	// Start with a missing image says so too.
 	spec := testSpec(t)
 	spec.Image = "rarecloud/no-such-image:" + randomID(t)
 	_, err = never.Start(ctx, spec)
-	if !errors.Is(err, ErrImageUnavailable) {
+	if !errors.Is(err, container.ErrImageUnavailable) {
 		t.Fatalf("Start with a missing image: %v", err)
 	}
 }
@@ -576,7 +578,7 @@ func TestEnsureImage(t *testing.T) {
 func TestEngineUnavailable(t *testing.T) {
 	t.Parallel()
 	host := "unix:///nonexistent-rarecloud-" + randomID(t) + "/docker.sock"
-	d, err := NewDocker(DockerOptions{Host: host, Instance: "rt-test-" + randomID(t)})
+	d, err := New(Options{Host: host, Instance: "rt-test-" + randomID(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,14 +588,14 @@ func TestEngineUnavailable(t *testing.T) {
 
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrEngineUnavailable) || !strings.Contains(err.Error(), host) {
+		if !errors.Is(err, container.ErrEngineUnavailable) || !strings.Contains(err.Error(), host) {
 			t.Errorf("%s: %v, want ErrEngineUnavailable naming %s", what, err, host)
 		}
 	}
 	check("Ping", d.Ping(ctx))
 	_, err = d.Start(ctx, testSpec(t))
 	check("Start", err)
-	_, err = d.Exec(ctx, "abc", ExecRequest{Cmd: []string{"true"}})
+	_, err = d.Exec(ctx, "abc", container.ExecRequest{Cmd: []string{"true"}})
 	check("Exec", err)
 	_, err = d.List(ctx)
 	check("List", err)
@@ -607,14 +609,14 @@ func TestEngineUnavailable(t *testing.T) {
 	}
 }
 
-func TestNewDockerOptions(t *testing.T) {
-	if _, err := NewDocker(DockerOptions{}); err == nil {
-		t.Error("NewDocker without Instance: no error")
+func TestNewOptions(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Error("New without Instance: no error")
 	}
-	if _, err := NewDocker(DockerOptions{Instance: "x", PullPolicy: "always"}); err == nil {
-		t.Error("NewDocker with pull policy always: no error")
+	if _, err := New(Options{Instance: "x", PullPolicy: "always"}); err == nil {
+		t.Error("New with pull policy always: no error")
 	}
-	d, err := NewDocker(DockerOptions{Instance: "x", Host: "unix:///tmp/x.sock"})
+	d, err := New(Options{Instance: "x", Host: "unix:///tmp/x.sock"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,9 +628,9 @@ func TestNewDockerOptions(t *testing.T) {
 
 func TestNetworkNone(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{Network: NetworkNone})
+	d := requireEngine(t, Options{Network: NetworkNone})
 	id := start(t, d, testSpec(t))
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"}})
 	wantExit(t, res, 0)
 	if ifs := strings.Fields(string(res.Stdout)); len(ifs) > 1 || (len(ifs) == 1 && ifs[0] != "lo") {
 		t.Fatalf("interfaces with network none: %q", ifs)
@@ -643,10 +645,10 @@ func TestNetworkNone(t *testing.T) {
 // the firewall is the only thing keeping the sandbox out.
 func TestSandboxCannotReachHost(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	port, accepted := hostListener(t)
-	probe := func(d *Docker, id, gw string) ExecResult {
-		return exec(t, d, id, ExecRequest{
+	probe := func(d *Runtime, id, gw string) container.ExecResult {
+		return exec(t, d, id, container.ExecRequest{
 			Cmd:     []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && echo CONNECTED", gw, port)},
 			Timeout: 10 * time.Second,
 		})
@@ -654,7 +656,7 @@ func TestSandboxCannotReachHost(t *testing.T) {
 
 	// Control first: a network without the rules reaches the listener.
 	ctlNet, ctlGW := controlNetwork(t, d)
-	ctl := requireEngine(t, DockerOptions{Network: ctlNet, DNS: []string{ctlGW}})
+	ctl := requireEngine(t, Options{Network: ctlNet, DNS: []string{ctlGW}})
 	res := probe(ctl, start(t, ctl, testSpec(t)), ctlGW)
 	if !strings.Contains(string(res.Stdout), "CONNECTED") {
 		t.Fatalf("control: a sandbox on %s (no firewall rule) did not reach the host listener at %s:%d: %+v", ctlNet, ctlGW, port, res)
@@ -686,7 +688,7 @@ func TestSandboxCannotReachHost(t *testing.T) {
 // controlNetwork creates a bridge network of the test's own (removed at the
 // end), with none of the sandbox network's firewall rules, and returns its
 // name and gateway.
-func controlNetwork(t *testing.T, d *Docker) (string, string) {
+func controlNetwork(t *testing.T, d *Runtime) (string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -727,7 +729,7 @@ func TestLatency(t *testing.T) {
 		}
 		name += "/" + mode
 		t.Run(name, func(t *testing.T) {
-			d := requireEngine(t, DockerOptions{Network: tc.network, Agent: tc.agent})
+			d := requireEngine(t, Options{Network: tc.network, Agent: tc.agent})
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
 			var starts, execs, removes []time.Duration
@@ -737,7 +739,7 @@ func TestLatency(t *testing.T) {
 				starts = append(starts, time.Since(t0))
 				for j := 0; j < 4; j++ {
 					t1 := time.Now()
-					res := exec(t, d, id, ExecRequest{Cmd: []string{"echo", "hi"}})
+					res := exec(t, d, id, container.ExecRequest{Cmd: []string{"echo", "hi"}})
 					execs = append(execs, time.Since(t1))
 					wantExit(t, res, 0)
 				}

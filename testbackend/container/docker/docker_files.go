@@ -1,10 +1,12 @@
-package container
+package docker
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // Scripts for files. They run as the sandbox user, so what may be written
@@ -38,8 +40,8 @@ const fileTimeout = 60 * time.Second
 
 // WriteFile writes content to an absolute path as the sandbox user,
 // creating parents, with writeScript.
-func (d *Docker) WriteFile(ctx context.Context, id, path, content string) error {
-	res, err := d.Exec(ctx, id, ExecRequest{
+func (d *Runtime) WriteFile(ctx context.Context, id, path, content string) error {
+	res, err := d.Exec(ctx, id, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
 		Stdin:     strings.NewReader(content),
 		Timeout:   fileTimeout,
@@ -53,8 +55,8 @@ func (d *Docker) WriteFile(ctx context.Context, id, path, content string) error 
 
 // ReadFile reads a file as the sandbox user with readScript; a file of
 // more than limit bytes is ErrFileTooLarge.
-func (d *Docker) ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error) {
-	res, err := d.Exec(ctx, id, ExecRequest{
+func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error) {
+	res, err := d.Exec(ctx, id, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", readScript, "sh", path},
 		Timeout:   fileTimeout,
 		MaxOutput: limit,
@@ -66,39 +68,39 @@ func (d *Docker) ReadFile(ctx context.Context, id, path string, limit int) ([]by
 		return nil, err
 	}
 	if res.StdoutTruncated {
-		return nil, ErrFileTooLarge
+		return nil, container.ErrFileTooLarge
 	}
 	return res.Stdout, nil
 }
 
 // fileResult reads how a file script ended: its exit code (the scripts'
 // own 10, 11 and 12) and what the tools it ran said on stderr.
-func fileResult(res ExecResult, write bool) error {
+func fileResult(res container.ExecResult, write bool) error {
 	if res.TimedOut || res.ExitCode == nil {
-		return ErrFileTimedOut
+		return container.ErrFileTimedOut
 	}
 	stderr := string(bytes.TrimSpace(res.Stderr))
 	switch code := *res.ExitCode; {
 	case code == 0:
 		return nil
 	case code == 10 && !write:
-		return ErrFileNotFound
+		return container.ErrFileNotFound
 	case code == 11:
-		return ErrIsADirectory
+		return container.ErrIsADirectory
 	case code == 13:
-		return ErrNotRegular
+		return container.ErrNotRegular
 	case strings.Contains(stderr, "File name too long"):
-		return ErrNameTooLong
+		return container.ErrNameTooLong
 	case strings.Contains(stderr, "Not a directory"), strings.Contains(stderr, "File exists"):
-		return ErrParentNotDirectory
+		return container.ErrParentNotDirectory
 	case strings.Contains(stderr, "No space left"):
-		return ErrNoSpace
+		return container.ErrNoSpace
 	case code == 10 || code == 12, strings.Contains(stderr, "Permission denied"):
-		return ErrFilePermission
+		return container.ErrFilePermission
 	case !write && strings.Contains(stderr, "No such file"):
 		// The file went between the checks and the open.
-		return ErrFileNotFound
+		return container.ErrFileNotFound
 	default:
-		return &FileFailure{ExitCode: code, Stderr: stderr}
+		return &container.FileFailure{ExitCode: code, Stderr: stderr}
 	}
 }

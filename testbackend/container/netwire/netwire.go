@@ -1,4 +1,28 @@
-package container
+// Package netwire wires sandboxes to the host's sandbox bridge without the
+// engine: a network namespace, a veth pair and an address lease each.
+//
+// Docker's networking costs about half a CPU-second per sandbox on this kind
+// of machine: dockerd re-executes itself twice in the container's namespace
+// (its embedded resolver, which gVisor cannot use, and the IPv6 switch) and
+// runs once more as the runtime's prestart hook. On the network make setup
+// made, the backend therefore wires each sandbox itself, with a few netlink
+// calls from this process: the container is created without a network, the
+// backend makes a network namespace for it (ocispec.NetnsDir/<container
+// id>) holding one end of a veth pair with the sandbox's address and a
+// default route via the gateway, the other end on the sandbox bridge, and
+// the runtime wrapper (cmd/rarecloud-runsc) has runsc join it. The bridge is
+// the same one, so the firewall rules on it (setup's, the engine's
+// masquerade and inter-container drop, the egress controller's per-address
+// rules) apply unchanged.
+//
+// Addresses come from the part of the subnet the engine's allocator does
+// not use (setup gives the engine the range network.json "ipam_range"). An
+// address lease is a symlink LeaseDir/<address> -> <container id>, made with
+// symlink(2), which fails when the name exists: backends sharing the bridge
+// never hand out one address twice. A lease always points at an existing
+// namespace: the namespace is made before the lease and removed after it, so
+// a lease whose namespace is gone is a leftover of a crash (Wiring.Sweep).
+package netwire
 
 import (
 	"errors"
@@ -19,39 +43,15 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
-// Sandbox networking without the engine.
-//
-// Docker's networking costs about half a CPU-second per sandbox on this kind
-// of machine: dockerd re-executes itself twice in the container's namespace
-// (its embedded resolver, which gVisor cannot use, and the IPv6 switch) and
-// runs once more as the runtime's prestart hook. On the network make setup
-// made, the backend therefore wires each sandbox itself, with a few netlink
-// calls from this process: the container is created without a network, the
-// backend makes a network namespace for it (ocispec.NetnsDir/<container
-// id>) holding one end of a veth pair with the sandbox's address and a
-// default route via the gateway, the other end on the sandbox bridge, and
-// the runtime wrapper (cmd/rarecloud-runsc) has runsc join it. The bridge is
-// the same one, so the firewall rules on it (setup's, the engine's
-// masquerade and inter-container drop, the egress controller's per-address
-// rules) apply unchanged.
-//
-// Addresses come from the part of the subnet the engine's allocator does
-// not use (setup gives the engine the range network.json "ipam_range"). A
-// lease is a symlink LeaseDir/<address> -> <container id>, made with
-// symlink(2), which fails when the name exists: backends sharing the bridge
-// never hand out one address twice. A lease always points at an existing
-// namespace: the namespace is made before the lease and removed after it, so
-// a lease whose namespace is gone is a leftover of a crash (sweepNetns).
-
 // LeaseDir holds the address leases of sandboxes wired by the backend.
 const LeaseDir = "/run/rarecloud/addr"
 
 // sandboxIface is the sandbox's end of its veth pair.
 const sandboxIface = "eth0"
 
-// ownNet is the sandbox bridge as network.json describes it, when setup
+// Wiring is the sandbox bridge as network.json describes it, when setup
 // installed the runtime wrapper that lets the backend wire sandboxes.
-type ownNet struct {
+type Wiring struct {
 	bridge  string
 	subnet  netip.Prefix
 	gateway netip.Addr
@@ -61,63 +61,61 @@ type ownNet struct {
 	leases  string // LeaseDir, or a test's
 }
 
-// ownNetFor is the wiring for sandboxes on network: the bridge setup made,
-// when setup installed the wrapper into the engine it started, that engine
-// is the one at host, and the backend is root (it makes namespaces); else
-// nil.
-func ownNetFor(network, host string) (*ownNet, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	n, ok, err := readSetupNetwork()
-	if err != nil || !ok || n.Network != network || n.Engine != host {
-		return nil, err
-	}
-	return ownNetFrom(n)
-}
-
-// ownNetFrom reads the wiring parameters from setup's network description;
+// FromNetwork reads the wiring parameters from setup's network description;
 // nil when setup did not install the wrapper (sandboxes then use the engine's
 // network).
-func ownNetFrom(n hostnet.Network) (*ownNet, error) {
+func FromNetwork(n hostnet.Network) (*Wiring, error) {
 	if !n.Netns {
 		return nil, nil
 	}
 	subnet, err := netip.ParsePrefix(n.Subnet)
 	if err != nil || !subnet.Addr().Is4() {
-		return nil, fmt.Errorf("runtime: %s: subnet %q is not an IPv4 prefix", networkFile, n.Subnet)
+		return nil, fmt.Errorf("runtime: %s: subnet %q is not an IPv4 prefix", hostnet.File, n.Subnet)
 	}
 	gw, err := netip.ParseAddr(n.Gateway)
 	if err != nil || !subnet.Contains(gw) {
-		return nil, fmt.Errorf("runtime: %s: gateway %q is not in %s", networkFile, n.Gateway, subnet)
+		return nil, fmt.Errorf("runtime: %s: gateway %q is not in %s", hostnet.File, n.Gateway, subnet)
 	}
 	ipam, err := netip.ParsePrefix(n.IPAMRange)
 	if err != nil || !subnet.Contains(ipam.Addr()) || ipam.Bits() < subnet.Bits() {
-		return nil, fmt.Errorf("runtime: %s: ipam_range %q is not inside %s", networkFile, n.IPAMRange, subnet)
+		return nil, fmt.Errorf("runtime: %s: ipam_range %q is not inside %s", hostnet.File, n.IPAMRange, subnet)
 	}
 	if n.Bridge == "" {
-		return nil, fmt.Errorf("runtime: %s names no bridge", networkFile)
+		return nil, fmt.Errorf("runtime: %s names no bridge", hostnet.File)
 	}
 	mtu := n.MTU
 	if mtu <= 0 {
 		mtu = 1500
 	}
-	return &ownNet{bridge: n.Bridge, subnet: subnet.Masked(), gateway: gw, ipam: ipam.Masked(), mtu: mtu,
+	return &Wiring{bridge: n.Bridge, subnet: subnet.Masked(), gateway: gw, ipam: ipam.Masked(), mtu: mtu,
 		netns: ocispec.NetnsDir, leases: LeaseDir}, nil
 }
 
-// hostIface names the bridge end of a container's veth pair (15 bytes at
+// Subnet is the sandbox bridge's subnet.
+func (o *Wiring) Subnet() netip.Prefix { return o.subnet }
+
+// Gateway is the sandboxes' gateway on the bridge.
+func (o *Wiring) Gateway() netip.Addr { return o.gateway }
+
+// EngineRange is the engine's share of the subnet, which the backend never
+// leases.
+func (o *Wiring) EngineRange() netip.Prefix { return o.ipam }
+
+// LeaseDir is where the address leases are (LeaseDir, or a test's).
+func (o *Wiring) LeaseDir() string { return o.leases }
+
+// HostIface names the bridge end of a container's veth pair (15 bytes at
 // most).
-func hostIface(id string) string {
+func HostIface(id string) string {
 	if len(id) > 12 {
 		id = id[:12]
 	}
 	return "rcv" + id
 }
 
-// candidates lists the addresses the backend may lease, from a random
+// Candidates lists the addresses the backend may lease, from a random
 // starting point, so that backends starting together rarely collide.
-func (o *ownNet) candidates() []netip.Addr {
+func (o *Wiring) Candidates() []netip.Addr {
 	var out []netip.Addr
 	last := lastAddr(o.subnet)
 	for a := o.subnet.Addr().Next(); a.IsValid() && a.Less(last); a = a.Next() {
@@ -146,10 +144,10 @@ func lastAddr(p netip.Prefix) netip.Addr {
 // recognises and then picks another).
 var errAddressInUse = errors.New("address already in use")
 
-// attach wires container id: its namespace, a lease on want (or on any free
+// Attach wires container id: its namespace, a lease on want (or on any free
 // address when want is empty) and the veth pair. It returns the address.
 // On error nothing of it is left behind.
-func (o *ownNet) attach(id, want string) (addr netip.Addr, err error) {
+func (o *Wiring) Attach(id, want string) (addr netip.Addr, err error) {
 	if err := os.MkdirAll(o.netns, 0o700); err != nil {
 		return addr, err
 	}
@@ -162,10 +160,10 @@ func (o *ownNet) attach(id, want string) (addr netip.Addr, err error) {
 	}
 	defer func() {
 		if err != nil {
-			o.detach(id)
+			o.Detach(id)
 		}
 	}()
-	addr, err = o.lease(id, want)
+	addr, err = o.leaseAddr(id, want)
 	if err != nil {
 		return addr, err
 	}
@@ -175,8 +173,8 @@ func (o *ownNet) attach(id, want string) (addr netip.Addr, err error) {
 	return addr, nil
 }
 
-// lease takes want, or the first free candidate.
-func (o *ownNet) lease(id, want string) (netip.Addr, error) {
+// leaseAddr takes want, or the first free candidate.
+func (o *Wiring) leaseAddr(id, want string) (netip.Addr, error) {
 	if want != "" {
 		a, err := netip.ParseAddr(want)
 		if err != nil || !o.subnet.Contains(a) || a == o.gateway || o.ipam.Contains(a) {
@@ -190,7 +188,7 @@ func (o *ownNet) lease(id, want string) (netip.Addr, error) {
 		}
 		return a, nil
 	}
-	for _, a := range o.candidates() {
+	for _, a := range o.Candidates() {
 		err := os.Symlink(id, filepath.Join(o.leases, a.String()))
 		if err == nil {
 			return a, nil
@@ -266,7 +264,7 @@ func inNewNetns(fn func() error) error {
 
 // wire makes the veth pair: the sandbox's end in the namespace with addr and
 // a default route via the gateway, the other on the bridge.
-func (o *ownNet) wire(id, nsPath string, addr netip.Addr) error {
+func (o *Wiring) wire(id, nsPath string, addr netip.Addr) error {
 	br, err := netlink.LinkByName(o.bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s: %w", o.bridge, err)
@@ -276,7 +274,7 @@ func (o *ownNet) wire(id, nsPath string, addr netip.Addr) error {
 		return err
 	}
 	defer ns.Close()
-	host := hostIface(id)
+	host := HostIface(id)
 	veth := &netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: host, MTU: o.mtu, MasterIndex: br.Attrs().Index},
 		PeerName:      sandboxIface,
@@ -313,11 +311,11 @@ func (o *ownNet) wire(id, nsPath string, addr netip.Addr) error {
 	return netlink.LinkSetUp(hostLink)
 }
 
-// detach undoes attach for container id, whatever part of it exists: the
+// Detach undoes Attach for container id, whatever part of it exists: the
 // lease first (a lease must never outlive its namespace), then the
 // namespace, then the bridge end of the veth pair (normally gone with the
 // namespace already).
-func (o *ownNet) detach(id string) {
+func (o *Wiring) Detach(id string) {
 	if ents, err := os.ReadDir(o.leases); err == nil {
 		for _, e := range ents {
 			p := filepath.Join(o.leases, e.Name())
@@ -331,13 +329,13 @@ func (o *ownNet) detach(id string) {
 		return // still mounted: keep the file, the sweep tries again
 	}
 	_ = os.Remove(nsPath)
-	if l, err := netlink.LinkByName(hostIface(id)); err == nil {
+	if l, err := netlink.LinkByName(HostIface(id)); err == nil {
 		_ = netlink.LinkDel(l)
 	}
 }
 
-// leased lists the addresses leased now.
-func (o *ownNet) leased() []netip.Addr {
+// Leased lists the addresses leased now.
+func (o *Wiring) Leased() []netip.Addr {
 	ents, err := os.ReadDir(o.leases)
 	if err != nil {
 		return nil
@@ -351,12 +349,50 @@ func (o *ownNet) leased() []netip.Addr {
 	return out
 }
 
-// sweep removes the namespaces of containers that no longer exist and
-// leases whose namespace is gone: what a crash between attach and detach
+// LeaseOf is the address leased to container id, if any.
+func (o *Wiring) LeaseOf(id string) (netip.Addr, bool, error) {
+	ents, err := os.ReadDir(o.leases)
+	if err != nil {
+		return netip.Addr{}, false, err
+	}
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(o.leases, e.Name())); err == nil && target == id {
+			a, err := netip.ParseAddr(e.Name())
+			if err != nil {
+				return netip.Addr{}, false, fmt.Errorf("lease %s: %w", e.Name(), err)
+			}
+			return a, true, nil
+		}
+	}
+	return netip.Addr{}, false, nil
+}
+
+// Remains says which parts of container id's wiring exist: "namespace",
+// "lease", "veth <name>"; none once Detach is done.
+func (o *Wiring) Remains(id string) ([]string, error) {
+	var left []string
+	if _, err := os.Stat(filepath.Join(o.netns, id)); err == nil {
+		left = append(left, "namespace")
+	}
+	_, leased, err := o.LeaseOf(id)
+	if err != nil {
+		return nil, err
+	}
+	if leased {
+		left = append(left, "lease")
+	}
+	if _, err := netlink.LinkByName(HostIface(id)); err == nil {
+		left = append(left, "veth "+HostIface(id))
+	}
+	return left, nil
+}
+
+// Sweep removes the namespaces of containers that no longer exist and
+// leases whose namespace is gone: what a crash between Attach and Detach
 // leaves. The directory is read before the engine's containers are listed,
 // and a namespace is made only after its container, so a sandbox being
 // wired meanwhile is never swept.
-func (o *ownNet) sweep(containers func() (map[string]bool, error)) (removed int, err error) {
+func (o *Wiring) Sweep(containers func() (map[string]bool, error)) (removed int, err error) {
 	ents, err := os.ReadDir(o.netns)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
@@ -370,7 +406,7 @@ func (o *ownNet) sweep(containers func() (map[string]bool, error)) (removed int,
 		if strings.HasPrefix(id, ".") || live[id] {
 			continue
 		}
-		o.detach(id)
+		o.Detach(id)
 		removed++
 	}
 	leases, err := os.ReadDir(o.leases)

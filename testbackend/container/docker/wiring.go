@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -11,11 +11,28 @@ import (
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/netwire"
 )
 
-// The Docker runtime's side of wiring sandboxes itself (netns.go): the
+// The Docker runtime's side of wiring sandboxes itself (package netwire): the
 // container is created without a network and with a hosts file of its own,
 // wired between create and start, and unwired when removed.
+
+// ownNetFor is the wiring for sandboxes on network: the bridge setup made,
+// when setup installed the wrapper into the engine it started, that engine
+// is the one at host, and the backend is root (it makes namespaces); else
+// nil.
+func ownNetFor(network, host string) (*netwire.Wiring, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	n, ok, err := readSetupNetwork()
+	if err != nil || !ok || n.Network != network || n.Engine != host {
+		return nil, err
+	}
+	return netwire.FromNetwork(n)
+}
 
 // hostsTarget is where a wired sandbox sees its hosts file. The engine
 // writes none for a container without a network, so the backend writes one
@@ -37,10 +54,10 @@ func hostsFile(addr netip.Addr, hostname string) []byte {
 }
 
 // useOwnNet has the engine create the container without a network (no
-// endpoint, no prestart hook: attach wires it) and mounts a hosts file,
-// empty until wireHosts fills it in before the container starts. It returns
+// endpoint, no prestart hook: wireNet wires it) and mounts a hosts file,
+// empty until wireNet fills it in before the container starts. It returns
 // the file's host path.
-func (d *Docker) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) (string, error) {
+func (d *Runtime) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) (string, error) {
 	cfg.NetworkDisabled = true
 	hc.NetworkMode = dockercontainer.NetworkMode(NetworkNone)
 	if err := os.MkdirAll(hostsDir, 0o755); err != nil {
@@ -63,9 +80,9 @@ func (d *Docker) useOwnNet(cfg *dockercontainer.Config, hc *dockercontainer.Host
 	return path, nil
 }
 
-// wireNet wires container id (see attach) and writes its hosts file.
-func (d *Docker) wireNet(id, want, hosts string) error {
-	addr, err := d.own.attach(id, want)
+// wireNet wires container id (see netwire.Wiring.Attach) and writes its hosts file.
+func (d *Runtime) wireNet(id, want, hosts string) error {
+	addr, err := d.own.Attach(id, want)
 	if err != nil {
 		return err
 	}
@@ -81,11 +98,11 @@ func (d *Docker) wireNet(id, want, hosts string) error {
 
 // releaseNet undoes the wiring of a removed container (nothing when the
 // engine networked it).
-func (d *Docker) releaseNet(id string) {
+func (d *Runtime) releaseNet(id string) {
 	if d.own == nil {
 		return
 	}
-	d.own.detach(id)
+	d.own.Detach(id)
 	removeHosts(id)
 }
 
@@ -106,13 +123,13 @@ func removeHosts(id string) {
 // sandbox another backend removed): namespaces, leases, and hosts files no
 // container mounts (older than a minute: a file is made just before its
 // container). It reports how many it removed.
-func (d *Docker) SweepNetworks(ctx context.Context) (int, error) {
+func (d *Runtime) SweepNetworks(ctx context.Context) (int, error) {
 	if d.own == nil {
 		return 0, nil
 	}
 	hostsEnts, _ := os.ReadDir(hostsDir)
 	var live, mounted map[string]bool
-	n, err := d.own.sweep(func() (map[string]bool, error) {
+	n, err := d.own.Sweep(func() (map[string]bool, error) {
 		cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{All: true})
 		if err != nil {
 			return nil, d.engineErr("list containers", err)

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // exitOf says how a container's main process ended: its code, why this
@@ -24,8 +26,8 @@ import (
 // and no "kill" event. So out of memory is OOMKilled with exit 137 and
 // nobody asking the engine to kill it; a "kill" event (docker kill, stop,
 // rm -f) means it was killed from outside, whatever happened before.
-func (d *Docker) exitOf(id string, code int) Exit {
-	e := Exit{Code: code, Reason: d.killedFor(id)}
+func (d *Runtime) exitOf(id string, code int) container.Exit {
+	e := container.Exit{Code: code, Reason: d.killedFor(id)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := d.cli.ContainerInspect(ctx, id)
@@ -47,7 +49,7 @@ func (d *Docker) exitOf(id string, code int) Exit {
 // (docker kill, stop, rm -f) since it started. The engine keeps a bounded
 // history; an event that fell out of it is not seen, which only ever
 // costs the precision of a termination reason.
-func (d *Docker) killEvent(ctx context.Context, id string, since time.Time) (killed bool, err error) {
+func (d *Runtime) killEvent(ctx context.Context, id string, since time.Time) (killed bool, err error) {
 	until := time.Now().Add(time.Second) // the end is behind us; the second covers clock rounding
 	msgs, errs := d.cli.Events(ctx, events.ListOptions{
 		Since: unixTime(since.Add(-time.Second)),

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // fakeEngine answers the few engine calls an exec through the agent makes
@@ -135,9 +136,9 @@ func fakeAgent(conn net.Conn, r *bufio.Reader) {
 	}
 }
 
-func fakeDocker(t *testing.T, e *fakeEngine) *Docker {
+func fakeDocker(t *testing.T, e *fakeEngine) *Runtime {
 	t.Helper()
-	d, err := NewDocker(DockerOptions{Host: "tcp://" + e.addr, Network: NetworkNone, Instance: "fake", Agent: AgentNone})
+	d, err := New(Options{Host: "tcp://" + e.addr, Network: NetworkNone, Instance: "fake", Agent: AgentNone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +154,14 @@ func fakeDocker(t *testing.T, e *fakeEngine) *Docker {
 const bounded = 20 * time.Second
 
 type execOutcome struct {
-	res ExecResult
+	res container.ExecResult
 	err error
 }
 
-func goExec(ctx context.Context, d *Docker, id string) <-chan execOutcome {
+func goExec(ctx context.Context, d *Runtime, id string) <-chan execOutcome {
 	ch := make(chan execOutcome, 1)
 	go func() {
-		res, err := d.Exec(ctx, id, ExecRequest{Cmd: []string{"echo", id}, MaxOutput: 1024})
+		res, err := d.Exec(ctx, id, container.ExecRequest{Cmd: []string{"echo", id}, MaxOutput: 1024})
 		ch <- execOutcome{res, err}
 	}()
 	return ch
@@ -221,7 +222,7 @@ func TestStuckAttachBlocksNoOtherSandbox(t *testing.T) {
 
 // waitJoined waits until n calls wait on the attach in flight to the
 // container.
-func waitJoined(t *testing.T, d *Docker, id string, n int) {
+func waitJoined(t *testing.T, d *Runtime, id string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(bounded)
 	for {

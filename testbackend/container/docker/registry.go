@@ -1,4 +1,4 @@
-package container
+package docker
 
 // Where an image may be pulled from. The engine pulls from the host's
 // network namespace, outside every rule that holds sandboxes, so a
@@ -28,14 +28,8 @@ import (
 	"time"
 
 	"github.com/distribution/reference"
-)
 
-// Rules of the registry policy and of pulls, ImageRefusedError.Rule.
-const (
-	RuleRegistry = "registry" // the registry's address is not a public one
-	RulePrivate  = "private"  // the registry wants credentials
-	RuleTooLarge = "too-large"
-	RulePull     = "pull" // any other pull failure; the message is the backend's own
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // DefaultLookupTimeout bounds the resolution of a registry's name.
@@ -96,7 +90,7 @@ func (p *registryPolicy) allowed(domain string) bool { return p.allow[domain] }
 func (p *registryPolicy) check(ctx context.Context, ref string) error {
 	domain, host, err := registryOf(ref)
 	if err != nil {
-		return &ImageRefusedError{Image: ref, Rule: RulePull, Msg: fmt.Sprintf("image %q could not be pulled: it is not a valid image reference", ref)}
+		return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf("image %q could not be pulled: it is not a valid image reference", ref)}
 	}
 	if p.allowed(domain) {
 		return nil
@@ -109,7 +103,7 @@ func (p *registryPolicy) check(ctx context.Context, ref string) error {
 		addrs, err = p.resolver.LookupNetIP(lctx, "ip", host)
 		cancel()
 		if err != nil || len(addrs) == 0 {
-			return &ImageRefusedError{Image: ref, Rule: RulePull, Msg: fmt.Sprintf(
+			return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
 				"image %q could not be pulled: its registry %s does not resolve from the backend; check the name, or use an image from a public registry", ref, domain)}
 		}
 	}
@@ -121,8 +115,8 @@ func (p *registryPolicy) check(ctx context.Context, ref string) error {
 	return nil
 }
 
-func registryRefused(ref, domain, why string) *ImageRefusedError {
-	return &ImageRefusedError{Image: ref, Rule: RuleRegistry, Msg: fmt.Sprintf(
+func registryRefused(ref, domain, why string) *container.ImageRefusedError {
+	return &container.ImageRefusedError{Image: ref, Rule: container.RuleRegistry, Msg: fmt.Sprintf(
 		"use an image from a public registry: image %q names registry %s, which resolves to %s address, and the backend pulls only from public addresses (an operator can allow a registry with --allow-registry)", ref, domain, why)}
 }
 

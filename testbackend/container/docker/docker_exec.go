@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // timeoutKillAfter is the -k grace of the timeout(1) wrapper, and
@@ -24,8 +26,8 @@ const (
 // output. With a timeout the command runs under timeout(1) inside the
 // sandbox (killing the docker exec client does not kill the process), and the
 // Go side gives up execGoGrace later in any case.
-func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
-	var res ExecResult
+func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest) (container.ExecResult, error) {
+	var res container.ExecResult
 	if len(req.Cmd) == 0 {
 		return res, errors.New("runtime: exec: empty command")
 	}
@@ -86,7 +88,7 @@ func (d *Docker) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 
 // notStarted marks an Exec error that came before the process could start.
 func notStarted(err error) error {
-	return fmt.Errorf("%w: %w", ErrExecNotStarted, err)
+	return fmt.Errorf("%w: %w", container.ErrExecNotStarted, err)
 }
 
 // collectOutput reads an exec's multiplexed output into capped buffers
@@ -96,12 +98,12 @@ func notStarted(err error) error {
 // (an engine round trip and a hijacked connection) and gVisor's first
 // read of sh, which later commands find cached. A container without the
 // agent has nothing to prepare.
-func (d *Docker) Prepare(ctx context.Context, id string) error {
+func (d *Runtime) Prepare(ctx context.Context, id string) error {
 	s, ok, err := d.session(ctx, id)
 	if err != nil || !ok {
 		return err
 	}
-	res, err := d.execAgent(ctx, id, s, ExecRequest{Cmd: []string{"sh", "-c", ":"}, Timeout: 30 * time.Second, MaxOutput: 4 << 10})
+	res, err := d.execAgent(ctx, id, s, container.ExecRequest{Cmd: []string{"sh", "-c", ":"}, Timeout: 30 * time.Second, MaxOutput: 4 << 10})
 	switch {
 	case err != nil:
 		return err
@@ -112,8 +114,8 @@ func (d *Docker) Prepare(ctx context.Context, id string) error {
 }
 
 // the timeout: then it closes the connection and reports TimedOut.
-func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req ExecRequest) (ExecResult, error) {
-	var res ExecResult
+func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req container.ExecRequest) (container.ExecResult, error) {
+	var res container.ExecResult
 	stdout := &capBuffer{max: req.MaxOutput}
 	stderr := &capBuffer{max: req.MaxOutput}
 	copied := make(chan error, 1)
@@ -151,7 +153,7 @@ func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req ExecR
 // execExit completes res with the exit of a direct engine exec whose
 // output streams have closed. The streams close when the process exits;
 // the exit code can lag a moment behind.
-func (d *Docker) execExit(ctx context.Context, id, execID string, req ExecRequest, start time.Time, res ExecResult) (ExecResult, error) {
+func (d *Runtime) execExit(ctx context.Context, id, execID string, req container.ExecRequest, start time.Time, res container.ExecResult) (container.ExecResult, error) {
 	var (
 		ins dockercontainer.ExecInspect
 		err error
@@ -189,7 +191,7 @@ func (d *Docker) execExit(ctx context.Context, id, execID string, req ExecReques
 
 // Logs returns the main process's stdout and stderr interleaved in the
 // order the engine received them, keeping the last limit bytes (limit <= 0: all).
-func (d *Docker) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
+func (d *Runtime) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
 	rc, err := d.cli.ContainerLogs(ctx, id, dockercontainer.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return nil, d.containerErr("read logs of", id, err)

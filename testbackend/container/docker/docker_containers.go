@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // keepalive is the main process of a sandbox that waits for commands. It is a
@@ -26,12 +28,12 @@ var keepalive = []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT HUP; while sle
 // the container was created but could not start, it returns the id together
 // with the error (after trying to remove it), so callers can clean up with
 // Remove either way.
-func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
+func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error) {
 	if spec.Image == "" {
 		return "", errors.New("runtime: Spec.Image is empty")
 	}
 	img, err := d.inspectImage(ctx, spec.Image)
-	if errors.Is(err, ErrImageUnavailable) && d.pull != PullNever {
+	if errors.Is(err, container.ErrImageUnavailable) && d.pull != PullNever {
 		// Gone since the create ensured it (removed to keep the image
 		// budget, or by hand): pulled again, under the same rules.
 		if err = d.EnsureImage(ctx, spec.Image); err == nil {
@@ -69,7 +71,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 		case isEngineDown(err):
 			return "", d.engineErr("create container", err)
 		case cerrdefs.IsNotFound(err):
-			return "", fmt.Errorf("%w: %s: %v", ErrImageUnavailable, spec.Image, err)
+			return "", fmt.Errorf("%w: %s: %v", container.ErrImageUnavailable, spec.Image, err)
 		default:
 			return "", fmt.Errorf("runtime: create container from %s: %w", spec.Image, err)
 		}
@@ -99,13 +101,13 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (string, error) {
 // containerConfig is the container's own configuration: image, user,
 // labels (owner and instance) and the main process (the image's for run
 // mode, keepalive otherwise).
-func (d *Docker) containerConfig(spec Spec) *dockercontainer.Config {
+func (d *Runtime) containerConfig(spec container.Spec) *dockercontainer.Config {
 	labels := make(map[string]string, len(spec.Labels)+2)
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	labels[LabelManaged] = "true"
-	labels[LabelInstance] = d.instance
+	labels[container.LabelManaged] = "true"
+	labels[container.LabelInstance] = d.instance
 
 	cfg := &dockercontainer.Config{
 		Image:      spec.Image,
@@ -133,7 +135,7 @@ func (d *Docker) containerConfig(spec Spec) *dockercontainer.Config {
 // hostConfig is the locked-down host side of a sandbox: gVisor, read-only
 // root with tmpfs home and /tmp, no capabilities, the sandbox network, and
 // the template's memory, CPU and process limits.
-func (d *Docker) hostConfig(spec Spec) *dockercontainer.HostConfig {
+func (d *Runtime) hostConfig(spec container.Spec) *dockercontainer.HostConfig {
 	home := "uid=10001,gid=10001,mode=0700"
 	if spec.HomeBytes > 0 {
 		home = fmt.Sprintf("size=%d,%s", spec.HomeBytes, home)
@@ -175,16 +177,16 @@ func (d *Docker) hostConfig(spec Spec) *dockercontainer.HostConfig {
 
 // Wait blocks until the container's main process has exited (at once when
 // it already has) or ctx ends.
-func (d *Docker) Wait(ctx context.Context, id string) Exit {
+func (d *Runtime) Wait(ctx context.Context, id string) container.Exit {
 	respC, errC := d.cli.ContainerWait(ctx, id, dockercontainer.WaitConditionNotRunning)
 	select {
 	case resp := <-respC:
 		if resp.Error != nil && resp.Error.Message != "" {
-			return Exit{Code: int(resp.StatusCode), Err: fmt.Errorf("runtime: waiting for %s: %s", id, resp.Error.Message)}
+			return container.Exit{Code: int(resp.StatusCode), Err: fmt.Errorf("runtime: waiting for %s: %s", id, resp.Error.Message)}
 		}
 		return d.exitOf(id, int(resp.StatusCode))
 	case err := <-errC:
-		return Exit{Code: -1, Err: d.containerErr("wait for", id, err)}
+		return container.Exit{Code: -1, Err: d.containerErr("wait for", id, err)}
 	}
 }
 
@@ -192,7 +194,7 @@ func (d *Docker) Wait(ctx context.Context, id string) Exit {
 // container that is gone counts as removed; when another removal is
 // already under way, Remove returns once it has finished, so that a new
 // container can take the name as soon as Remove returns.
-func (d *Docker) Remove(ctx context.Context, id string) error {
+func (d *Runtime) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, dockercontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		d.releaseNet(id)
@@ -210,7 +212,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 
 // waitRemoved waits until a removal under way has finished (the engine
 // answers a failed removal too) or ctx ends.
-func (d *Docker) waitRemoved(ctx context.Context, id string) error {
+func (d *Runtime) waitRemoved(ctx context.Context, id string) error {
 	respC, errC := d.cli.ContainerWait(ctx, id, dockercontainer.WaitConditionRemoved)
 	select {
 	case resp := <-respC:
@@ -227,24 +229,24 @@ func (d *Docker) waitRemoved(ctx context.Context, id string) error {
 }
 
 // List returns every container (any state) labelled with this instance.
-func (d *Docker) List(ctx context.Context) ([]Container, error) {
+func (d *Runtime) List(ctx context.Context) ([]container.Container, error) {
 	cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+d.instance)),
+		Filters: filters.NewArgs(filters.Arg("label", container.LabelInstance+"="+d.instance)),
 	})
 	if err != nil {
 		return nil, d.engineErr("list containers", err)
 	}
-	out := make([]Container, 0, len(cs))
+	out := make([]container.Container, 0, len(cs))
 	for _, c := range cs {
-		if c.Labels[LabelInstance] != d.instance { // belt and braces
+		if c.Labels[container.LabelInstance] != d.instance { // belt and braces
 			continue
 		}
 		name := ""
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		out = append(out, Container{
+		out = append(out, container.Container{
 			ID:        c.ID,
 			Name:      name,
 			Labels:    ownLabels(c.Labels),
@@ -259,15 +261,15 @@ func (d *Docker) List(ctx context.Context) ([]Container, error) {
 
 // Inspect describes one container of this instance; ErrNotFound when it does
 // not exist or belongs to another instance.
-func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
+func (d *Runtime) Inspect(ctx context.Context, id string) (container.Container, error) {
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
-		return Container{}, d.containerErr("inspect", id, err)
+		return container.Container{}, d.containerErr("inspect", id, err)
 	}
-	if c.Config == nil || c.Config.Labels[LabelInstance] != d.instance {
-		return Container{}, fmt.Errorf("%w: %s (not owned by instance %s)", ErrNotFound, id, d.instance)
+	if c.Config == nil || c.Config.Labels[container.LabelInstance] != d.instance {
+		return container.Container{}, fmt.Errorf("%w: %s (not owned by instance %s)", container.ErrNotFound, id, d.instance)
 	}
-	out := Container{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: ownLabels(c.Config.Labels)}
+	out := container.Container{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: ownLabels(c.Config.Labels)}
 	if c.State != nil {
 		out.Running = c.State.Running
 		out.ExitCode = c.State.ExitCode

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
 )
 
@@ -34,7 +35,7 @@ func TestBlockedAddr(t *testing.T) {
 
 // pullRuntime is a runtime on the test engine whose pulls are allowed from
 // reg, with the images it pulled removed when the test ends.
-func pullRuntime(t *testing.T, reg *registrytest.Registry, opts DockerOptions) *Docker {
+func pullRuntime(t *testing.T, reg *registrytest.Registry, opts Options) *Runtime {
 	t.Helper()
 	opts.AllowRegistries = []string{reg.Host}
 	d := requireEngine(t, opts)
@@ -50,7 +51,7 @@ func pullRuntime(t *testing.T, reg *registrytest.Registry, opts DockerOptions) *
 	return d
 }
 
-func present(t *testing.T, d *Docker, ref string) bool {
+func present(t *testing.T, d *Runtime, ref string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -59,7 +60,7 @@ func present(t *testing.T, d *Docker, ref string) bool {
 }
 
 func refusedRule(err error) string {
-	var r *ImageRefusedError
+	var r *container.ImageRefusedError
 	if errors.As(err, &r) {
 		return r.Rule
 	}
@@ -77,7 +78,7 @@ func TestPullSharedByConcurrentCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := pullRuntime(t, reg, DockerOptions{})
+	d := pullRuntime(t, reg, Options{})
 	before := reg.ManifestGETs("team/shared")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -117,10 +118,10 @@ func TestPullRefusesTooLargeImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	d := pullRuntime(t, reg, DockerOptions{MaxImageBytes: 1 << 20})
+	d := pullRuntime(t, reg, Options{MaxImageBytes: 1 << 20})
 	err = d.EnsureImage(ctx, ref)
-	if refusedRule(err) != RuleTooLarge || !strings.Contains(err.Error(), ref) {
-		t.Fatalf("ensure over the unpacked limit: %v, want a %s refusal naming the image", err, RuleTooLarge)
+	if refusedRule(err) != container.RuleTooLarge || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("ensure over the unpacked limit: %v, want a %s refusal naming the image", err, container.RuleTooLarge)
 	}
 	d.imgMu.Lock()
 	n := len(d.pulled)
@@ -129,11 +130,11 @@ func TestPullRefusesTooLargeImage(t *testing.T) {
 		t.Fatalf("a refused image is still on the engine (%v) or tracked (%d)", present(t, d, ref), n)
 	}
 
-	small := pullRuntime(t, reg, DockerOptions{MaxDownloadBytes: 1 << 20})
+	small := pullRuntime(t, reg, Options{MaxDownloadBytes: 1 << 20})
 	pulls := reg.BlobGETs("team/big", cfg)
 	err = small.EnsureImage(ctx, ref)
-	if refusedRule(err) != RuleTooLarge {
-		t.Fatalf("ensure over the compressed limit: %v, want %s", err, RuleTooLarge)
+	if refusedRule(err) != container.RuleTooLarge {
+		t.Fatalf("ensure over the compressed limit: %v, want %s", err, container.RuleTooLarge)
 	}
 	if got := reg.BlobGETs("team/big", cfg); got != pulls || present(t, d, ref) {
 		t.Fatalf("the engine pulled an image over the compressed limit (%d config GETs, was %d)", got, pulls)
@@ -147,7 +148,7 @@ func TestImageBudgetRemovesLeastRecentlyUsed(t *testing.T) {
 	tpl := reg.Push(t, "team/tpl:1", registrytest.TemplateImage(t, testHost()))
 	a := reg.Push(t, "team/a:1", registrytest.RandomImage(t, 1<<20, 1))
 	b := reg.Push(t, "team/b:1", registrytest.RandomImage(t, 1<<20, 1))
-	d := pullRuntime(t, reg, DockerOptions{ImageBudgetBytes: 3 << 19}) // 1.5 MiB: A and B do not fit together
+	d := pullRuntime(t, reg, Options{ImageBudgetBytes: 3 << 19}) // 1.5 MiB: A and B do not fit together
 	d.imageHold = 0
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -195,7 +196,7 @@ func TestImageBudgetRemovesLeastRecentlyUsed(t *testing.T) {
 func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
 	reg := registrytest.Start(t, registrytest.Options{})
 	ref := reg.Push(t, "team/again:1", registrytest.BaseImage(t, testHost()))
-	d := pullRuntime(t, reg, DockerOptions{})
+	d := pullRuntime(t, reg, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	gone := func() {
@@ -225,13 +226,13 @@ func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
 
 	gone()
 	// The registry forgets the image: the second pull fails.
-	regless := pullRuntime(t, registrytest.Start(t, registrytest.Options{}), DockerOptions{})
+	regless := pullRuntime(t, registrytest.Start(t, registrytest.Options{}), Options{})
 	spec2 := testSpec(t)
 	spec2.Image = strings.Replace(ref, reg.Host, regless.registriesHost(), 1)
 	spec2.Name = "rt-again-" + randomID(t)
 	_, err := regless.Start(ctx, spec2)
-	if refusedRule(err) != RulePull || !strings.Contains(err.Error(), spec2.Image) {
-		t.Fatalf("start after a failed pull: %v, want the backend's own %s refusal naming the image", err, RulePull)
+	if refusedRule(err) != container.RulePull || !strings.Contains(err.Error(), spec2.Image) {
+		t.Fatalf("start after a failed pull: %v, want the backend's own %s refusal naming the image", err, container.RulePull)
 	}
 	for _, leak := range []string{"http://", "MANIFEST_UNKNOWN", "manifest unknown", "Error response from daemon"} {
 		if strings.Contains(err.Error(), leak) {
@@ -241,7 +242,7 @@ func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
 }
 
 // registriesHost is the one registry a test runtime allows.
-func (d *Docker) registriesHost() string {
+func (d *Runtime) registriesHost() string {
 	for h := range d.registries.allow {
 		return h
 	}
@@ -269,15 +270,15 @@ func TestBlockedAddrOwn(t *testing.T) {
 // What the engine or a registry says about credentials is the private
 // answer; anything else the generic one; neither carries that text.
 func TestRegistryErrSanitized(t *testing.T) {
-	d := &Docker{}
+	d := &Runtime{}
 	const ref = "registry.example/team/py:1"
 	for text, rule := range map[string]string{
-		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  RulePrivate,
-		"unauthorized: authentication required":                                                           RulePrivate,
-		"pull access denied for team/py, repository does not exist or may require 'docker login': denied": RulePrivate,
-		`manifest for registry.example/team/py:1 not found: manifest unknown: manifest unknown`:           RulePull,
-		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          RulePull,
-		`error pulling sha256:4019401abc: unexpected EOF`:                                                 RulePull,
+		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  container.RulePrivate,
+		"unauthorized: authentication required":                                                           container.RulePrivate,
+		"pull access denied for team/py, repository does not exist or may require 'docker login': denied": container.RulePrivate,
+		`manifest for registry.example/team/py:1 not found: manifest unknown: manifest unknown`:           container.RulePull,
+		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          container.RulePull,
+		`error pulling sha256:4019401abc: unexpected EOF`:                                                 container.RulePull,
 	} {
 		err := d.registryErr(ref, errors.New(text))
 		if refusedRule(err) != rule || !strings.Contains(err.Error(), ref) {

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -20,11 +20,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
-// Pull limits and their defaults (IMAGES.md, "Pulls").
+// Pull limits and their defaults (IMAGES.md, "Pulls"); the pull's time
+// bound is container.DefaultPullTimeout.
 const (
-	DefaultPullTimeout      = 5 * time.Minute
 	DefaultMaxImageBytes    = 2 << 30  // unpacked, as the engine reports it
 	DefaultMaxDownloadBytes = 1 << 30  // compressed, as the manifest declares it
 	DefaultImageBudgetBytes = 20 << 30 // pulled images kept on the engine
@@ -46,7 +48,7 @@ type pullFlight struct {
 // policy (registry.go) or the limits refuse, and a pull that fails: the
 // error's message is the backend's own, never the engine's or the
 // registry's. Concurrent calls for one reference share one pull.
-func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
+func (d *Runtime) EnsureImage(ctx context.Context, ref string) error {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err == nil {
 		d.touchImage(ref)
@@ -58,7 +60,7 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
 		return d.engineErr("inspect image "+ref, err)
 	}
 	if d.pull == PullNever {
-		return fmt.Errorf("%w: %s is not present on %s and the pull policy is %q", ErrImageUnavailable, ref, d.host, PullNever)
+		return fmt.Errorf("%w: %s is not present on %s and the pull policy is %q", container.ErrImageUnavailable, ref, d.host, PullNever)
 	}
 	if err := d.sharedPull(ctx, ref); err != nil {
 		return err
@@ -76,7 +78,7 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string) error {
 // sharedPull waits for the pull of ref, starting it when none is under
 // way. The pull runs under its own deadline (PullTimeout), so a caller
 // that gives up does not fail the others.
-func (d *Docker) sharedPull(ctx context.Context, ref string) error {
+func (d *Runtime) sharedPull(ctx context.Context, ref string) error {
 	d.imgMu.Lock()
 	f := d.flights[ref]
 	if f == nil {
@@ -95,7 +97,7 @@ func (d *Docker) sharedPull(ctx context.Context, ref string) error {
 	case <-f.done:
 		return f.err
 	case <-ctx.Done():
-		return &ImageRefusedError{Image: ref, Rule: RulePull, Msg: fmt.Sprintf(
+		return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
 			"image %q could not be pulled in time; it may still be arriving, so try again shortly", ref)}
 	}
 }
@@ -103,7 +105,7 @@ func (d *Docker) sharedPull(ctx context.Context, ref string) error {
 // pullImage checks ref's registry, fetches its manifest to check the
 // declared size, has the engine pull the digest it saw, tags it as ref and
 // checks the unpacked size.
-func (d *Docker) pullImage(ref string) error {
+func (d *Runtime) pullImage(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.pullTimeout)
 	defer cancel()
 	if err := d.registries.check(ctx, ref); err != nil {
@@ -131,7 +133,7 @@ func (d *Docker) pullImage(ref string) error {
 	}
 	if img.Size > d.maxImageBytes {
 		d.removeRefs(ref, pinned)
-		return &ImageRefusedError{Image: ref, Rule: RuleTooLarge, Msg: fmt.Sprintf(
+		return &container.ImageRefusedError{Image: ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
 			"use a smaller image: image %q unpacks to %d bytes, over the backend's limit of %d", ref, img.Size, d.maxImageBytes)}
 	}
 	d.pulledImage(ref, pinned, img)
@@ -144,7 +146,7 @@ func (d *Docker) pullImage(ref string) error {
 // unless the operator allowed the registry, refuses an image whose
 // declared compressed size is over the limit, and returns the digest
 // reference the engine is to pull: what was checked is what is pulled.
-func (d *Docker) checkManifest(ctx context.Context, ref string) (string, error) {
+func (d *Runtime) checkManifest(ctx context.Context, ref string) (string, error) {
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
 		return "", pullFailed(ref)
@@ -191,7 +193,7 @@ func (d *Docker) checkManifest(ctx context.Context, ref string) (string, error) 
 		total += l.Size
 	}
 	if total > d.maxDownloadBytes {
-		return "", &ImageRefusedError{Image: ref, Rule: RuleTooLarge, Msg: fmt.Sprintf(
+		return "", &container.ImageRefusedError{Image: ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
 			"use a smaller image: image %q declares %d compressed bytes, over the backend's limit of %d", ref, total, d.maxDownloadBytes)}
 	}
 	dref, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(desc.Digest.String()))
@@ -202,7 +204,7 @@ func (d *Docker) checkManifest(ctx context.Context, ref string) (string, error) 
 }
 
 // enginePull has the engine pull pinned; its errors never reach the client.
-func (d *Docker) enginePull(ctx context.Context, ref, pinned string) error {
+func (d *Runtime) enginePull(ctx context.Context, ref, pinned string) error {
 	rc, err := d.cli.ImagePull(ctx, pinned, image.PullOptions{})
 	if err != nil {
 		if isEngineDown(err) {
@@ -229,13 +231,13 @@ func (d *Docker) enginePull(ctx context.Context, ref, pinned string) error {
 // registryErr is the client's answer to a failed fetch or pull: the
 // private-image answer when the registry wants credentials, else a
 // generic one. What the registry or the engine said is not in it.
-func (d *Docker) registryErr(ref string, err error) error {
+func (d *Runtime) registryErr(ref string, err error) error {
 	if errors.Is(err, errBlockedDial) {
 		domain, _, _ := registryOf(ref)
 		return registryRefused(ref, domain, "a blocked")
 	}
 	if needsAuth(err) {
-		return &ImageRefusedError{Image: ref, Rule: RulePrivate, Msg: fmt.Sprintf(
+		return &container.ImageRefusedError{Image: ref, Rule: container.RulePrivate, Msg: fmt.Sprintf(
 			"use a public image: image %q needs registry credentials. %s", ref, privateImageMsg)}
 	}
 	return pullFailed(ref)
@@ -255,7 +257,7 @@ func needsAuth(err error) bool {
 	return false
 }
 
-func pullFailed(ref string) *ImageRefusedError {
-	return &ImageRefusedError{Image: ref, Rule: RulePull, Msg: fmt.Sprintf(
+func pullFailed(ref string) *container.ImageRefusedError {
+	return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
 		"image %q could not be pulled from its registry; check that it exists and is public", ref)}
 }

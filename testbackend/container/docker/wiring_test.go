@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -6,22 +6,21 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/netwire"
 )
 
 // These tests drive the real engine and gVisor with the wiring that make
 // setup enables (network.json "netns", the runtime wrapper installed).
 
 // requireOwnNet is an engine runtime that wires sandboxes itself.
-func requireOwnNet(t *testing.T) *Docker {
+func requireOwnNet(t *testing.T) *Runtime {
 	t.Helper()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	if d.own == nil {
 		t.Fatalf("the runtime does not wire sandboxes itself: %s does not say netns (with ipam_range) for the engine %s: run `make setup`", networkFile, d.host)
 	}
@@ -29,36 +28,21 @@ func requireOwnNet(t *testing.T) *Docker {
 }
 
 // leaseOf is the address leased to container id, if any.
-func leaseOf(t *testing.T, o *ownNet, id string) (netip.Addr, bool) {
+func leaseOf(t *testing.T, o *netwire.Wiring, id string) (netip.Addr, bool) {
 	t.Helper()
-	ents, err := os.ReadDir(o.leases)
+	a, ok, err := o.LeaseOf(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if target, err := os.Readlink(filepath.Join(o.leases, e.Name())); err == nil && target == id {
-			a, err := netip.ParseAddr(e.Name())
-			if err != nil {
-				t.Fatalf("lease %s: %v", e.Name(), err)
-			}
-			return a, true
-		}
-	}
-	return netip.Addr{}, false
+	return a, ok
 }
 
 // wiringLeft says which parts of container id's wiring exist.
-func wiringLeft(t *testing.T, o *ownNet, id string) []string {
+func wiringLeft(t *testing.T, o *netwire.Wiring, id string) []string {
 	t.Helper()
-	var left []string
-	if _, err := os.Stat(filepath.Join(o.netns, id)); err == nil {
-		left = append(left, "namespace")
-	}
-	if _, ok := leaseOf(t, o, id); ok {
-		left = append(left, "lease")
-	}
-	if _, err := netlink.LinkByName(hostIface(id)); err == nil {
-		left = append(left, "veth "+hostIface(id))
+	left, err := o.Remains(id)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return left
 }
@@ -83,18 +67,18 @@ func TestOwnNetworkWiring(t *testing.T) {
 	}
 	addr, ok := leaseOf(t, d.own, id)
 	if !ok {
-		t.Fatalf("no lease for %s in %s", id, d.own.leases)
+		t.Fatalf("no lease for %s in %s", id, d.own.LeaseDir())
 	}
-	if !d.own.subnet.Contains(addr) || d.own.ipam.Contains(addr) || addr == d.own.gateway {
-		t.Errorf("leased %s: want an address of %s outside the engine's %s", addr, d.own.subnet, d.own.ipam)
+	if !d.own.Subnet().Contains(addr) || d.own.EngineRange().Contains(addr) || addr == d.own.Gateway() {
+		t.Errorf("leased %s: want an address of %s outside the engine's %s", addr, d.own.Subnet(), d.own.EngineRange())
 	}
 	if left := wiringLeft(t, d.own, id); len(left) != 3 {
 		t.Errorf("wiring of a running sandbox: %v, want namespace, lease and veth", left)
 	}
 
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"bash", "-c",
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"bash", "-c",
 		"tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; echo; hostname -I; " +
-			"exec 3<>/dev/tcp/" + d.own.gateway.String() + "/53 && echo DNS-CONNECTED; " +
+			"exec 3<>/dev/tcp/" + d.own.Gateway().String() + "/53 && echo DNS-CONNECTED; " +
 			"getent hosts \"$(hostname)\" | cut -d' ' -f1; getent hosts localhost | cut -d' ' -f1 | sort | head -1"}})
 	wantExit(t, res, 0)
 	out := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
@@ -104,8 +88,8 @@ func TestOwnNetworkWiring(t *testing.T) {
 			out, res.Stderr, addr)
 	}
 	// No IPv6 on the bridge end: nothing link-local for a sandbox to use.
-	if v, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + hostIface(id) + "/disable_ipv6"); err == nil && strings.TrimSpace(string(v)) != "1" {
-		t.Errorf("IPv6 is on for %s", hostIface(id))
+	if v, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + netwire.HostIface(id) + "/disable_ipv6"); err == nil && strings.TrimSpace(string(v)) != "1" {
+		t.Errorf("IPv6 is on for %s", netwire.HostIface(id))
 	}
 
 	target, err := os.Readlink(filepath.Join(hostsDir, id))
@@ -133,8 +117,8 @@ func TestOwnNetworkFixedAddress(t *testing.T) {
 	t.Parallel()
 	d := requireOwnNet(t)
 	var want netip.Addr
-	for _, a := range d.own.candidates() {
-		if _, err := os.Lstat(filepath.Join(d.own.leases, a.String())); errors.Is(err, os.ErrNotExist) {
+	for _, a := range d.own.Candidates() {
+		if _, err := os.Lstat(filepath.Join(d.own.LeaseDir(), a.String())); errors.Is(err, os.ErrNotExist) {
 			want = a
 			break
 		}
@@ -142,7 +126,7 @@ func TestOwnNetworkFixedAddress(t *testing.T) {
 	spec := testSpec(t)
 	spec.IPv4 = want.String()
 	id := start(t, d, spec)
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"hostname", "-I"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"hostname", "-I"}})
 	wantExit(t, res, 0)
 	if got := strings.TrimSpace(string(res.Stdout)); got != want.String() {
 		t.Fatalf("sandbox address %q, want %s", got, want)
@@ -164,7 +148,7 @@ func TestOwnNetworkFixedAddress(t *testing.T) {
 		if left := wiringLeft(t, d.own, id2); len(left) != 0 {
 			t.Errorf("the refused sandbox left %v", left)
 		}
-		if _, err := d.Inspect(ctx, id2); !errors.Is(err, ErrNotFound) {
+		if _, err := d.Inspect(ctx, id2); !errors.Is(err, container.ErrNotFound) {
 			t.Errorf("the refused sandbox's container is still there: %v", err)
 		}
 	}
@@ -182,11 +166,11 @@ func TestSweepNetworks(t *testing.T) {
 	live := start(t, d, testSpec(t))
 
 	ghost := "f00d" + strings.Repeat("0", 52) + randomID(t)
-	if _, err := d.own.attach(ghost, ""); err != nil {
+	if _, err := d.own.Attach(ghost, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.own.detach(ghost) })
-	stale := filepath.Join(d.own.leases, "ghost-lease-"+randomID(t))
+	t.Cleanup(func() { d.own.Detach(ghost) })
+	stale := filepath.Join(d.own.LeaseDir(), "ghost-lease-"+randomID(t))
 	if err := os.Symlink("no-such-container-"+randomID(t), stale); err != nil {
 		t.Fatal(err)
 	}
@@ -246,65 +230,6 @@ func TestSweepNetworks(t *testing.T) {
 			t.Errorf("the running sandbox's hosts file after the sweep: %v", err)
 		}
 	}
-	res := exec(t, d, live, ExecRequest{Cmd: []string{"bash", "-c", "exec 3<>/dev/tcp/" + d.own.gateway.String() + "/53 && echo OK"}})
+	res := exec(t, d, live, container.ExecRequest{Cmd: []string{"bash", "-c", "exec 3<>/dev/tcp/" + d.own.Gateway().String() + "/53 && echo OK"}})
 	wantExit(t, res, 0)
-}
-
-// threads lists this process's OS threads.
-func threads(t *testing.T) map[string]bool {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]bool{}
-	for _, e := range ents {
-		out[e.Name()] = true
-	}
-	return out
-}
-
-// TestNewNetnsKeepsItsThread: making namespaces retires no OS thread and
-// leaves the caller's thread in its own namespace. A retired thread kills
-// the children it forked with a parent-death signal: the provider's
-// acceptance tests, which run a backend in-process, saw every terraform
-// process die (signal: killed) when each namespace was made on a thread
-// that was then retired.
-func TestNewNetnsKeepsItsThread(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("making network namespaces needs root: run the tests as root (make test does)")
-	}
-	own, err := os.Readlink("/proc/thread-self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	before := threads(t)
-	for i := range 10 {
-		path := filepath.Join(dir, "ns"+strconv.Itoa(i))
-		errc := make(chan error, 1)
-		go func() { errc <- newNetns(path) }() // a goroutine that ends, on whatever thread
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = unix.Unmount(path, unix.MNT_DETACH); _ = os.Remove(path) })
-	}
-	after := threads(t)
-	for tid := range before {
-		if !after[tid] {
-			t.Errorf("thread %s is gone after making namespaces", tid)
-		}
-	}
-	// Every thread is back in the host's namespace.
-	for tid := range after {
-		ns, err := os.Readlink("/proc/self/task/" + tid + "/ns/net")
-		if err == nil && ns != own {
-			t.Errorf("thread %s is in %s, not the host's %s", tid, ns, own)
-		}
-	}
-	// And the namespaces are new ones.
-	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(dir, "ns0"), &st); err != nil || "net:["+strconv.FormatUint(st.Ino, 10)+"]" == own {
-		t.Errorf("ns0 is not a namespace of its own: %v, inode %d, host %s", err, st.Ino, own)
-	}
 }

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -10,21 +10,23 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
-// containerErr maps engine errors about one container onto the package's
+// containerErr maps engine errors about one container onto the runtime seam's
 // error values.
-func (d *Docker) containerErr(op, id string, err error) error {
+func (d *Runtime) containerErr(op, id string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case isEngineDown(err):
 		return d.engineErr(op+" container "+id, err)
 	case cerrdefs.IsNotFound(err):
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s", container.ErrNotFound, id)
 	case cerrdefs.IsConflict(err) && (strings.Contains(err.Error(), "not running") ||
 		strings.Contains(err.Error(), "is paused") || strings.Contains(err.Error(), "is restarting")):
-		return fmt.Errorf("%w: %s: %v", ErrNotRunning, id, err)
+		return fmt.Errorf("%w: %s: %v", container.ErrNotRunning, id, err)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("runtime: %s container %s: %w", op, id, err)
 	default:
@@ -32,9 +34,9 @@ func (d *Docker) containerErr(op, id string, err error) error {
 	}
 }
 
-func (d *Docker) engineErr(op string, err error) error {
+func (d *Runtime) engineErr(op string, err error) error {
 	if isEngineDown(err) {
-		return fmt.Errorf("%w: %s: engine at %s: %v", ErrEngineUnavailable, op, d.host, err)
+		return fmt.Errorf("%w: %s: engine at %s: %v", container.ErrEngineUnavailable, op, d.host, err)
 	}
 	return fmt.Errorf("runtime: %s: %w", op, err)
 }

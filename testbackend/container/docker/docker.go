@@ -1,4 +1,10 @@
-package container
+// Package docker is the runtime that runs sandboxes as Docker containers
+// under the gVisor runtime (runsc): a container.Runtime. It knows nothing
+// about accounts, records or HTTP: the sandbox package decides what to
+// run, this package only drives the engine. Where make setup enabled it,
+// the sandboxes' network is wired by the backend itself (package netwire)
+// instead of by the engine.
+package docker
 
 import (
 	"context"
@@ -10,6 +16,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/netwire"
 )
 
 // Defaults that match what scripts/setup.sh creates.
@@ -34,8 +43,8 @@ const (
 	SandboxHome = "/home/user"
 )
 
-// DockerOptions configures NewDocker. Zero values take the defaults.
-type DockerOptions struct {
+// Options configures New. Zero values take the defaults.
+type Options struct {
 	// Host is the engine address. Empty: $DOCKER_HOST (with the other
 	// DOCKER_* variables), else DefaultHost when its socket exists, else the
 	// client's default.
@@ -62,7 +71,7 @@ type DockerOptions struct {
 	// DefaultAgentPath when it exists, AgentNone turns the agent off.
 	Agent string
 	// EngineNetworking has the engine network sandboxes even where the
-	// backend could wire them itself (netns.go): to compare the two.
+	// backend could wire them itself (package netwire): to compare the two.
 	EngineNetworking bool
 
 	// Pulls (registry.go, docker_images.go, image_store.go). AllowRegistries
@@ -85,8 +94,8 @@ type DockerOptions struct {
 	ImageBudgetBytes int64
 }
 
-// Docker is a Runtime backed by a Docker engine.
-type Docker struct {
+// Runtime is a container.Runtime backed by a Docker engine.
+type Runtime struct {
 	cli      *client.Client
 	host     string
 	runtime  string
@@ -94,7 +103,7 @@ type Docker struct {
 	pull     string
 	instance string
 	dns      []string
-	own      *ownNet // the backend wires sandboxes itself (netns.go); nil: the engine does
+	own      *netwire.Wiring // the backend wires sandboxes itself (package netwire); nil: the engine does
 
 	agentPath string                   // host path of the agent binary; "" runs a shell keepalive and execs through the engine
 	sessMu    sync.Mutex               // guards the maps below; never held across an engine call
@@ -121,13 +130,13 @@ type Docker struct {
 	platformArch string
 }
 
-var _ Runtime = (*Docker)(nil)
+var _ container.Runtime = (*Runtime)(nil)
 
-// NewDocker builds a client for the engine. It does not contact the engine:
+// New builds a client for the engine. It does not contact the engine:
 // call Ping to check it answers.
-func NewDocker(opts DockerOptions) (*Docker, error) {
+func New(opts Options) (*Runtime, error) {
 	if strings.TrimSpace(opts.Instance) == "" {
-		return nil, errors.New("runtime: DockerOptions.Instance is required (it scopes List and cleanup to this backend's containers)")
+		return nil, errors.New("runtime: docker.Options.Instance is required (it scopes List and cleanup to this backend's containers)")
 	}
 	pull := opts.PullPolicy
 	switch pull {
@@ -169,14 +178,14 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: docker client: %w", err)
 	}
-	var own *ownNet
+	var own *netwire.Wiring
 	if !opts.EngineNetworking && network != NetworkNone {
 		if own, err = ownNetFor(network, cli.DaemonHost()); err != nil {
 			_ = cli.Close()
 			return nil, err
 		}
 	}
-	return &Docker{
+	return &Runtime{
 		cli:      cli,
 		host:     cli.DaemonHost(),
 		runtime:  rt,
@@ -195,7 +204,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 		killed:        map[string]string{},
 
 		registries:       registries,
-		pullTimeout:      orDefault(opts.PullTimeout, DefaultPullTimeout),
+		pullTimeout:      orDefault(opts.PullTimeout, container.DefaultPullTimeout),
 		maxImageBytes:    orDefault(opts.MaxImageBytes, DefaultMaxImageBytes),
 		maxDownloadBytes: orDefault(opts.MaxDownloadBytes, DefaultMaxDownloadBytes),
 		imageBudget:      orDefault(opts.ImageBudgetBytes, DefaultImageBudgetBytes),
@@ -213,13 +222,13 @@ func orDefault[T int64 | time.Duration](v, def T) T {
 }
 
 // Address is the engine address, for error messages.
-func (d *Docker) Address() string { return d.host }
+func (d *Runtime) Address() string { return d.host }
 
 // Instance is the owner id this runtime labels and lists containers by.
-func (d *Docker) Instance() string { return d.instance }
+func (d *Runtime) Instance() string { return d.instance }
 
 // Close releases the engine client.
-func (d *Docker) Close() error {
+func (d *Runtime) Close() error {
 	d.sessMu.Lock()
 	d.closed = true
 	d.sessMu.Unlock()
@@ -228,9 +237,9 @@ func (d *Docker) Close() error {
 }
 
 // Ping checks that the engine answers within ctx.
-func (d *Docker) Ping(ctx context.Context) error {
+func (d *Runtime) Ping(ctx context.Context) error {
 	if _, err := d.cli.Ping(ctx); err != nil {
-		return fmt.Errorf("%w: no answer from %s: %v", ErrEngineUnavailable, d.host, err)
+		return fmt.Errorf("%w: no answer from %s: %v", container.ErrEngineUnavailable, d.host, err)
 	}
 	return nil
 }

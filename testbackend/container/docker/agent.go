@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // The agent is a static binary that make setup builds. A sandbox that
@@ -55,7 +56,7 @@ func resolveAgent(opt string) string {
 }
 
 // useAgent makes the agent the container's main process.
-func (d *Docker) useAgent(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) {
+func (d *Runtime) useAgent(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig) {
 	cfg.Entrypoint = []string{agentTarget}
 	cfg.Cmd = []string{}
 	cfg.OpenStdin = true // stays open across attaches
@@ -93,7 +94,7 @@ type pendingCall struct {
 // container has no agent. No lock is held across an engine call: sessMu
 // guards the maps only, and one attach per container is in flight at a
 // time, shared by every caller that needs it (see attachSession).
-func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, error) {
+func (d *Runtime) session(ctx context.Context, id string) (*agentSession, bool, error) {
 	d.sessMu.Lock()
 	if s := d.sessions[id]; s != nil {
 		d.sessMu.Unlock()
@@ -116,7 +117,7 @@ func (d *Docker) session(ctx context.Context, id string) (*agentSession, bool, e
 		return nil, false, nil
 	}
 	if info.State == nil || !info.State.Running {
-		return nil, true, fmt.Errorf("%w: %s", ErrNotRunning, id)
+		return nil, true, fmt.Errorf("%w: %s", container.ErrNotRunning, id)
 	}
 	if info.Config.Labels[LabelAgent] != agent.Protocol {
 		return nil, true, fmt.Errorf("runtime: container %s runs agent protocol %q, this backend speaks %q", id, info.Config.Labels[LabelAgent], agent.Protocol)
@@ -163,7 +164,7 @@ const defaultAttachTimeout = 30 * time.Second
 // outcome on c, under sessMu but never holding it across the engine call.
 // An attach the engine has not answered within d.attachTimeout is given up:
 // its callers get an error, and a connection that comes later is closed.
-func (d *Docker) attachSession(cid, alias string, c *attachCall) {
+func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 	finish := func(s *agentSession, err error) bool { // with sessMu held
 		if d.attaching[cid] != c {
 			return false // given up already
@@ -266,7 +267,7 @@ func (s *agentSession) limit() int {
 // the agent.
 var errHostileAgent = errors.New("the sandbox wrote into the channel between the backend and its agent")
 
-func (d *Docker) readResponses(id string, s *agentSession, r io.Reader) {
+func (d *Runtime) readResponses(id string, s *agentSession, r io.Reader) {
 	err := s.readFrames(r)
 	if errors.Is(err, errHostileAgent) {
 		d.hostileAgent(id, err)
@@ -341,7 +342,7 @@ func (s *agentSession) deliver(line []byte) error {
 // hostileAgent ends a container whose sandbox wrote into its agent's
 // channel: the session is gone, and a sandbox the backend cannot trust to
 // answer must not be kept running. Wait reports why.
-func (d *Docker) hostileAgent(id string, why error) {
+func (d *Runtime) hostileAgent(id string, why error) {
 	d.sessMu.Lock()
 	d.killed[id] = "the sandbox was stopped: " + why.Error()
 	d.sessMu.Unlock()
@@ -351,7 +352,7 @@ func (d *Docker) hostileAgent(id string, why error) {
 }
 
 // killedFor says why this runtime killed the container ("" when it did not).
-func (d *Docker) killedFor(id string) string {
+func (d *Runtime) killedFor(id string) string {
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
 	if why, ok := d.killed[id]; ok {
@@ -423,8 +424,8 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 var errAgentTimeout = errors.New("agent did not answer in time")
 
 // execAgent runs an ExecRequest through the agent.
-func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req ExecRequest) (ExecResult, error) {
-	var res ExecResult
+func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req container.ExecRequest) (container.ExecResult, error) {
+	var res container.ExecResult
 	maxOut := req.MaxOutput
 	if maxOut <= 0 || maxOut > MaxAgentOutput {
 		maxOut = MaxAgentOutput
@@ -457,11 +458,11 @@ func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req 
 		info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), id)
 		switch {
 		case ierr == nil && (info.State == nil || !info.State.Running):
-			return res, fmt.Errorf("%w: %s", ErrNotRunning, id)
+			return res, fmt.Errorf("%w: %s", container.ErrNotRunning, id)
 		case ierr != nil && isEngineDown(ierr):
 			return res, d.engineErr("exec in container "+id, ierr)
 		case ierr != nil && cerrdefs.IsNotFound(ierr):
-			return res, fmt.Errorf("%w: %s", ErrNotFound, id)
+			return res, fmt.Errorf("%w: %s", container.ErrNotFound, id)
 		}
 		return res, d.containerErr("exec in", id, err)
 	}
@@ -485,7 +486,7 @@ func (d *Docker) execAgent(ctx context.Context, id string, s *agentSession, req 
 }
 
 // closeSessions ends every agent session (the containers keep running).
-func (d *Docker) closeSessions() {
+func (d *Runtime) closeSessions() {
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
 	for k, s := range d.sessions {

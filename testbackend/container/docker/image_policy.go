@@ -1,4 +1,4 @@
-package container
+package docker
 
 // An image is untrusted input: a customer names it, and its metadata would
 // otherwise reach the engine as it is. Start inspects the image it is about
@@ -71,7 +71,6 @@ package container
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path"
 	"sort"
@@ -80,28 +79,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
-
-// ErrImageRefused means the image breaks one of the rules above; the error
-// is an *ImageRefusedError.
-var ErrImageRefused = errors.New("image refused")
-
-// Rules an image can break, ImageRefusedError.Rule.
-const (
-	RulePlatform = "platform" // another OS or architecture than the engine's
-	RuleVolumes  = "volumes"  // a VOLUME the backend cannot turn into a tmpfs
-)
-
-// ImageRefusedError says why an image is refused. Msg is for API clients:
-// it names the image and the rule, and carries nothing the engine said.
-type ImageRefusedError struct {
-	Image string
-	Rule  string
-	Msg   string
-}
-
-func (e *ImageRefusedError) Error() string        { return e.Msg }
-func (e *ImageRefusedError) Is(target error) bool { return target == ErrImageRefused }
 
 // maxImageVolumes bounds an image's VOLUME paths: each is a mount the
 // runtime sets up, and each takes a share of the /tmp budget.
@@ -115,7 +95,7 @@ var systemDirs = []string{"/proc", "/sys", "/dev"}
 
 // inspectImage describes the image ref names now: ErrImageUnavailable when
 // it is not there.
-func (d *Docker) inspectImage(ctx context.Context, ref string) (image.InspectResponse, error) {
+func (d *Runtime) inspectImage(ctx context.Context, ref string) (image.InspectResponse, error) {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	switch {
 	case err == nil:
@@ -123,14 +103,14 @@ func (d *Docker) inspectImage(ctx context.Context, ref string) (image.InspectRes
 	case isEngineDown(err):
 		return img, d.engineErr("inspect image "+ref, err)
 	case cerrdefs.IsNotFound(err):
-		return img, fmt.Errorf("%w: %s is not present on %s", ErrImageUnavailable, ref, d.host)
+		return img, fmt.Errorf("%w: %s is not present on %s", container.ErrImageUnavailable, ref, d.host)
 	default:
 		return img, d.engineErr("inspect image "+ref, err)
 	}
 }
 
 // checkImage refuses an image the backend will not run (the table above).
-func (d *Docker) checkImage(ctx context.Context, ref string, img image.InspectResponse) error {
+func (d *Runtime) checkImage(ctx context.Context, ref string, img image.InspectResponse) error {
 	osys, arch, err := d.enginePlatform(ctx)
 	if err != nil {
 		return err
@@ -146,17 +126,17 @@ func (d *Docker) checkImage(ctx context.Context, ref string, img image.InspectRe
 	}
 	if iosys != osys || iarch != arch {
 		want := osys + "/" + arch
-		return &ImageRefusedError{Image: ref, Rule: RulePlatform, Msg: fmt.Sprintf(
+		return &container.ImageRefusedError{Image: ref, Rule: container.RulePlatform, Msg: fmt.Sprintf(
 			"use an image built for %s: image %s is for %s/%s, and sandboxes run on %s", want, ref, iosys, iarch, want)}
 	}
 	vols := imageVolumes(img)
 	if len(vols) > maxImageVolumes {
-		return &ImageRefusedError{Image: ref, Rule: RuleVolumes, Msg: fmt.Sprintf(
+		return &container.ImageRefusedError{Image: ref, Rule: container.RuleVolumes, Msg: fmt.Sprintf(
 			"declare at most %d volumes: image %s declares %d, and each becomes a tmpfs sharing /tmp's size", maxImageVolumes, ref, len(vols))}
 	}
 	for _, v := range vols {
 		if v == "/" || underAny(v, systemDirs) {
-			return &ImageRefusedError{Image: ref, Rule: RuleVolumes, Msg: fmt.Sprintf(
+			return &container.ImageRefusedError{Image: ref, Rule: container.RuleVolumes, Msg: fmt.Sprintf(
 				"remove VOLUME %q from image %s: a volume at /, or in /proc, /sys or /dev, would hide what the sandbox runtime mounts there", v, ref)}
 		}
 	}
@@ -165,7 +145,7 @@ func (d *Docker) checkImage(ctx context.Context, ref string, img image.InspectRe
 
 // neutralise applies the replacements to a container about to be created
 // from img, once every mount of the backend's own is in hc.
-func neutralise(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig, img image.InspectResponse, spec Spec) {
+func neutralise(cfg *dockercontainer.Config, hc *dockercontainer.HostConfig, img image.InspectResponse, spec container.Spec) {
 	cfg.Image = img.ID
 	cfg.Healthcheck = &dockercontainer.HealthConfig{Test: []string{"NONE"}}
 	cfg.StopSignal = "SIGTERM"
@@ -276,7 +256,7 @@ func ownLabels(labels map[string]string) map[string]string {
 
 // enginePlatform is the engine's OS and architecture, asked once it
 // answers (the lock is not held across the call: two first calls both ask).
-func (d *Docker) enginePlatform(ctx context.Context) (string, string, error) {
+func (d *Runtime) enginePlatform(ctx context.Context) (string, string, error) {
 	d.platformMu.Lock()
 	osys, arch := d.platformOS, d.platformArch
 	d.platformMu.Unlock()

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"bytes"
@@ -159,7 +159,7 @@ func writeResolvConfIn(dir, name string, content []byte) (string, error) {
 // useDNS gives a sandbox the runtime's name servers: as HostConfig.DNS (what
 // docker inspect shows) and, with an engine on this machine (the mount's
 // source is a host path), as a read-only /etc/resolv.conf.
-func (d *Docker) useDNS(hc *dockercontainer.HostConfig) error {
+func (d *Runtime) useDNS(hc *dockercontainer.HostConfig) error {
 	if d.network == NetworkNone || len(d.dns) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 )
 
@@ -37,7 +37,7 @@ type pulled struct {
 }
 
 // touchImage marks ref used now, and held for a start.
-func (d *Docker) touchImage(ref string) {
+func (d *Runtime) touchImage(ref string) {
 	d.imgMu.Lock()
 	defer d.imgMu.Unlock()
 	if p := d.pulled[ref]; p != nil {
@@ -47,7 +47,7 @@ func (d *Docker) touchImage(ref string) {
 }
 
 // startedFrom ends ref's hold: a container uses the image now.
-func (d *Docker) startedFrom(ref string) {
+func (d *Runtime) startedFrom(ref string) {
 	d.imgMu.Lock()
 	defer d.imgMu.Unlock()
 	if p := d.pulled[ref]; p != nil {
@@ -56,7 +56,7 @@ func (d *Docker) startedFrom(ref string) {
 	}
 }
 
-func (d *Docker) pulledImage(ref, pinned string, img image.InspectResponse) {
+func (d *Runtime) pulledImage(ref, pinned string, img image.InspectResponse) {
 	d.imgMu.Lock()
 	defer d.imgMu.Unlock()
 	now := time.Now()
@@ -65,7 +65,7 @@ func (d *Docker) pulledImage(ref, pinned string, img image.InspectResponse) {
 
 // removeRefs untags refs; the engine deletes the image with its last tag.
 // Never forced: an image a container uses stays.
-func (d *Docker) removeRefs(refs ...string) {
+func (d *Runtime) removeRefs(refs ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, r := range refs {
@@ -75,7 +75,7 @@ func (d *Docker) removeRefs(refs ...string) {
 
 // collectImages removes unused pulled images, least recently used first,
 // while they add up to more than the budget; keep (just pulled) stays.
-func (d *Docker) collectImages(ctx context.Context, keep string) {
+func (d *Runtime) collectImages(ctx context.Context, keep string) {
 	d.imgMu.Lock()
 	list := make([]*pulled, 0, len(d.pulled))
 	for _, p := range d.pulled {
@@ -109,7 +109,7 @@ func (d *Docker) collectImages(ctx context.Context, keep string) {
 		return
 	}
 	used := map[string]bool{}
-	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true})
+	cs, err := d.cli.ContainerList(ctx, dockercontainer.ListOptions{All: true})
 	if err != nil {
 		return // cannot tell what is used: remove nothing
 	}
@@ -134,7 +134,7 @@ func (d *Docker) collectImages(ctx context.Context, keep string) {
 	}
 }
 
-func (d *Docker) forgetPulled(ref, id string) {
+func (d *Runtime) forgetPulled(ref, id string) {
 	d.imgMu.Lock()
 	defer d.imgMu.Unlock()
 	if p := d.pulled[ref]; p != nil && p.id == id {

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"archive/tar"
@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // One test per field of an image's metadata (image_policy.go): each builds
@@ -28,7 +29,7 @@ import (
 
 // buildImage builds dockerfile (the whole context) for platform ("" is the
 // engine's own) and returns its unique tag.
-func buildImage(t *testing.T, d *Docker, platform, dockerfile string) string {
+func buildImage(t *testing.T, d *Runtime, platform, dockerfile string) string {
 	t.Helper()
 	var ctxTar bytes.Buffer
 	tw := tar.NewWriter(&ctxTar)
@@ -83,7 +84,7 @@ func fromBase(lines ...string) string {
 	return "FROM " + baseImage + "\n" + strings.Join(lines, "\n") + "\n"
 }
 
-func inspectContainer(t *testing.T, d *Docker, id string) dockercontainer.InspectResponse {
+func inspectContainer(t *testing.T, d *Runtime, id string) dockercontainer.InspectResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -96,7 +97,7 @@ func inspectContainer(t *testing.T, d *Docker, id string) dockercontainer.Inspec
 
 // runOutput starts spec in run mode, waits for its program to end with 0
 // and returns its output.
-func runOutput(t *testing.T, d *Docker, spec Spec) string {
+func runOutput(t *testing.T, d *Runtime, spec container.Spec) string {
 	t.Helper()
 	spec.RunMode = true
 	id := start(t, d, spec)
@@ -115,14 +116,14 @@ func runOutput(t *testing.T, d *Docker, spec Spec) string {
 
 // wantRefused checks that EnsureImage and Start both refuse ref under rule,
 // naming the image, and that Start left no container behind.
-func wantRefused(t *testing.T, d *Docker, ref, rule string, inMsg ...string) {
+func wantRefused(t *testing.T, d *Runtime, ref, rule string, inMsg ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	check := func(op string, err error) {
 		t.Helper()
-		var re *ImageRefusedError
-		if !errors.Is(err, ErrImageRefused) || !errors.As(err, &re) || re.Rule != rule {
+		var re *container.ImageRefusedError
+		if !errors.Is(err, container.ErrImageRefused) || !errors.As(err, &re) || re.Rule != rule {
 			t.Fatalf("%s %s: %v, want ErrImageRefused under rule %q", op, ref, err, rule)
 		}
 		t.Logf("%s: %s", op, re.Msg)
@@ -149,7 +150,7 @@ func wantRefused(t *testing.T, d *Docker, ref, rule string, inMsg ...string) {
 // budget; the engine creates no volume.
 func TestImageVolumeBecomesTmpfs(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	ref := buildImage(t, d, "", fromBase("VOLUME /data /tmp/cache/ /home/user"))
 	spec := testSpec(t)
 	spec.Image = ref
@@ -164,7 +165,7 @@ func TestImageVolumeBecomesTmpfs(t *testing.T) {
 	}
 	// Two volumes (/home/user is the home tmpfs already) share the /tmp
 	// budget with /tmp: 8 MiB each.
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "for p in /data /tmp/cache /tmp; do stat -f -c '%T %b %S' $p; done; touch /data/ok && stat -c '%u %a' /data"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "for p in /data /tmp/cache /tmp; do stat -f -c '%T %b %S' $p; done; touch /data/ok && stat -c '%u %a' /data"}})
 	wantExit(t, res, 0)
 	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 	if len(lines) != 4 {
@@ -184,7 +185,7 @@ func TestImageVolumeBecomesTmpfs(t *testing.T) {
 	if lines[3] != "10001 755" {
 		t.Errorf("/data owner and mode: %q, want 10001 755", lines[3])
 	}
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/data/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
+	res = exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/data/big bs=1M count=16 && echo wrote-all"}, Timeout: 30 * time.Second})
 	if res.ExitCode == nil || *res.ExitCode == 0 || strings.Contains(string(res.Stdout), "wrote-all") || !strings.Contains(string(res.Stderr), "No space left") {
 		t.Fatalf("dd past the volume's size: exit %v stdout %q stderr %q", deref(res.ExitCode), res.Stdout, res.Stderr)
 	}
@@ -193,7 +194,7 @@ func TestImageVolumeBecomesTmpfs(t *testing.T) {
 // VOLUME over the system's directories, or too many: refused.
 func TestImageVolumeRefused(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	var many []string
 	for i := range maxImageVolumes + 1 {
 		many = append(many, fmt.Sprintf("/v%d", i))
@@ -204,7 +205,7 @@ func TestImageVolumeRefused(t *testing.T) {
 		"many": {"VOLUME " + strings.Join(many, " "), strconv.Itoa(maxImageVolumes)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			wantRefused(t, d, buildImage(t, d, "", fromBase(tc.line)), RuleVolumes, tc.want)
+			wantRefused(t, d, buildImage(t, d, "", fromBase(tc.line)), container.RuleVolumes, tc.want)
 		})
 	}
 }
@@ -212,7 +213,7 @@ func TestImageVolumeRefused(t *testing.T) {
 // HEALTHCHECK: disabled, the engine never execs into the sandbox for it.
 func TestImageHealthcheckDisabled(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("HEALTHCHECK --interval=1s CMD true"))
 	id := start(t, d, spec)
@@ -230,7 +231,7 @@ func TestImageHealthcheckDisabled(t *testing.T) {
 // stay.
 func TestImageLabelsCannotClaimOwnership(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{Agent: AgentNone})
+	d := requireEngine(t, Options{Agent: AgentNone})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase(
 		"LABEL io.rarecloud.pool=yes io.rarecloud.agent="+agent.Protocol+" io.rarecloud.sandbox=sbx-other",
@@ -252,32 +253,32 @@ func TestImageLabelsCannotClaimOwnership(t *testing.T) {
 				continue
 			}
 			switch k {
-			case LabelManaged, LabelInstance, LabelSandboxID:
+			case container.LabelManaged, container.LabelInstance, container.LabelSandboxID:
 			default:
 				t.Errorf("label %s=%q reaches the backend; only its own labels should", k, v)
 			}
 		}
-		if labels[LabelManaged] != "true" || labels[LabelInstance] != d.Instance() || labels[LabelSandboxID] != spec.Labels[LabelSandboxID] {
+		if labels[container.LabelManaged] != "true" || labels[container.LabelInstance] != d.Instance() || labels[container.LabelSandboxID] != spec.Labels[container.LabelSandboxID] {
 			t.Errorf("owner labels %v", labels)
 		}
 	}
 	raw := inspectContainer(t, d, id).Config.Labels
-	if raw[LabelPool] != "" || raw[LabelAgent] != "" || raw["io.rarecloud.future"] != "" || raw["com.example.kept"] != "1" {
+	if raw[container.LabelPool] != "" || raw[LabelAgent] != "" || raw["io.rarecloud.future"] != "" || raw["com.example.kept"] != "1" {
 		t.Errorf("container labels %v: want the image's io.rarecloud.* blanked, com.example.kept=1", raw)
 	}
 	// No agent runs: commands go through the engine, not to a forged agent.
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"echo", "ok"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"echo", "ok"}})
 	wantExit(t, res, 0)
 }
 
 // USER: always 10001:10001, for commands and for the image's own program.
 func TestImageUserForced(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("USER root"))
 	id := start(t, d, spec)
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g; id -G"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g; id -G"}})
 	wantExit(t, res, 0)
 	if string(res.Stdout) != "10001\n10001\n10001\n" {
 		t.Errorf("exec as %q, want 10001", res.Stdout)
@@ -291,7 +292,7 @@ func TestImageUserForced(t *testing.T) {
 // EXPOSE: ignored, nothing is published.
 func TestImageExposeIgnored(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("EXPOSE 80 8080/udp"))
 	id := start(t, d, spec)
@@ -312,7 +313,7 @@ func TestImageExposeIgnored(t *testing.T) {
 // a stop ends it at once instead of at the stop timeout.
 func TestImageStopSignalReplaced(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{Agent: AgentNone}) // the keepalive traps TERM only
+	d := requireEngine(t, Options{Agent: AgentNone}) // the keepalive traps TERM only
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("STOPSIGNAL SIGUSR1"))
 	id := start(t, d, spec)
@@ -334,12 +335,12 @@ func TestImageStopSignalReplaced(t *testing.T) {
 // process; run mode runs the image's program unless the request overrides it.
 func TestImageEntrypointCmd(t *testing.T) {
 	t.Parallel()
-	execModes(t, func(t *testing.T, opts DockerOptions) {
+	execModes(t, func(t *testing.T, opts Options) {
 		d := requireEngine(t, opts)
 		spec := testSpec(t)
 		spec.Image = buildImage(t, d, "", fromBase(`ENTRYPOINT ["/bin/sh", "-c", "touch /tmp/ran; echo image-entrypoint \"$0\""]`, `CMD ["image-cmd"]`))
 		id := start(t, d, spec)
-		res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "test ! -e /tmp/ran && echo backend-main"}})
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "test ! -e /tmp/ran && echo backend-main"}})
 		wantExit(t, res, 0)
 		if got := inspectContainer(t, d, id).Config.Entrypoint; len(got) == 0 || got[0] != keepalive[0] && got[0] != agentTarget {
 			t.Errorf("main process %q, want the backend's", got)
@@ -364,11 +365,11 @@ func TestImageEntrypointCmd(t *testing.T) {
 // WORKDIR: commands run in /home/user; run mode honours the image's.
 func TestImageWorkdir(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("WORKDIR /app"))
 	id := start(t, d, spec)
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"pwd"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"pwd"}})
 	wantExit(t, res, 0)
 	if string(res.Stdout) != SandboxHome+"\n" {
 		t.Errorf("exec in %q, want %s", res.Stdout, SandboxHome)
@@ -382,14 +383,14 @@ func TestImageWorkdir(t *testing.T) {
 // ENV: honoured; the request's variables win; HOME is the sandbox's home.
 func TestImageEnv(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase("ENV HOME=/root FOO=image BAR=image"))
 	spec.Env = map[string]string{"FOO": "request"}
 	id := start(t, d, spec)
 	const show = `echo "$HOME|$FOO|$BAR"`
 	want := SandboxHome + "|request|image\n"
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", show}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", show}})
 	wantExit(t, res, 0)
 	if string(res.Stdout) != want {
 		t.Errorf("exec environment %q, want %q", res.Stdout, want)
@@ -403,11 +404,11 @@ func TestImageEnv(t *testing.T) {
 // SHELL: ignored (only builds use it): commands still run.
 func TestImageShellIgnored(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = buildImage(t, d, "", fromBase(`SHELL ["/bin/false"]`))
 	id := start(t, d, spec)
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"sh", "-c", "echo ok"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "echo ok"}})
 	wantExit(t, res, 0)
 	if string(res.Stdout) != "ok\n" {
 		t.Errorf("exec: %q", res.Stdout)
@@ -422,7 +423,7 @@ func TestImageShellIgnored(t *testing.T) {
 // container is made.
 func TestImagePlatformRefused(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	v, err := d.cli.ServerVersion(ctx)
@@ -437,5 +438,5 @@ func TestImagePlatformRefused(t *testing.T) {
 	if img, err := d.cli.ImageInspect(ctx, ref); err != nil || img.Architecture != foreign {
 		t.Fatalf("the test image is for %q (%v), want %s", img.Architecture, err, foreign)
 	}
-	wantRefused(t, d, ref, RulePlatform, "linux/"+foreign, "linux/"+v.Arch)
+	wantRefused(t, d, ref, container.RulePlatform, "linux/"+foreign, "linux/"+v.Arch)
 }

@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 	"net/netip"
 
 	"github.com/docker/docker/api/types/network"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // endpointFor asks the engine for the spec's fixed address, if it has one
 // and the engine networks the sandbox (not when the backend wires it).
-func (d *Docker) endpointFor(spec Spec) *network.NetworkingConfig {
+func (d *Runtime) endpointFor(spec container.Spec) *network.NetworkingConfig {
 	if spec.IPv4 == "" || d.network == NetworkNone || d.own != nil {
 		return nil
 	}
@@ -22,8 +24,8 @@ func (d *Docker) endpointFor(spec Spec) *network.NetworkingConfig {
 // NetworkAddresses reports the sandbox network's subnet and gateway and the
 // IPv4 addresses its endpoints hold now, of every container on it (other
 // backends' too), with those the backends lease to sandboxes they wired
-// themselves (netns.go).
-func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gateway netip.Addr, used []netip.Addr, err error) {
+// themselves (package netwire).
+func (d *Runtime) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gateway netip.Addr, used []netip.Addr, err error) {
 	if d.network == NetworkNone {
 		return subnet, gateway, nil, fmt.Errorf("runtime: sandboxes have no network")
 	}
@@ -52,7 +54,7 @@ func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gat
 		}
 	}
 	if d.own != nil {
-		used = append(used, d.own.leased()...)
+		used = append(used, d.own.Leased()...)
 	}
 	return subnet, gateway, used, nil
 }

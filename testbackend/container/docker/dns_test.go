@@ -1,4 +1,4 @@
-package container
+package docker
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
 )
 
@@ -166,7 +167,7 @@ func setupNetworkDNS(t *testing.T) string {
 
 // resolvMount reports the source of the container's /etc/resolv.conf
 // bind mount, "" when it has none.
-func resolvMount(t *testing.T, d *Docker, id string) string {
+func resolvMount(t *testing.T, d *Runtime, id string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -214,7 +215,7 @@ print(r[3] & 15, an, socket.inet_ntoa(r[-4:]) if an else "-")
 func TestSandboxResolvesNames(t *testing.T) {
 	t.Parallel()
 	dns := setupNetworkDNS(t)
-	d := requireEngine(t, DockerOptions{})
+	d := requireEngine(t, Options{})
 	spec := testSpec(t)
 	spec.Image = pythonImage
 	id := start(t, d, spec)
@@ -222,7 +223,7 @@ func TestSandboxResolvesNames(t *testing.T) {
 	if src := resolvMount(t, d, id); src == "" {
 		t.Fatalf("no bind mount at %s", resolvConfTarget)
 	}
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
 	wantExit(t, res, 0)
 	conf := string(res.Stdout)
 	if !strings.Contains(conf, "\nnameserver "+dns+"\n") || !strings.Contains(conf, "options ndots:0\n") ||
@@ -231,25 +232,25 @@ func TestSandboxResolvesNames(t *testing.T) {
 	}
 
 	// The C library's resolver (UDP), as pip and npm use it.
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"python3", "-c", "import socket, sys; print(socket.gethostbyname(sys.argv[1]))", dnsCheckName}, Timeout: 20 * time.Second})
+	res = exec(t, d, id, container.ExecRequest{Cmd: []string{"python3", "-c", "import socket, sys; print(socket.gethostbyname(sys.argv[1]))", dnsCheckName}, Timeout: 20 * time.Second})
 	wantExit(t, res, 0)
 	if got := strings.TrimSpace(string(res.Stdout)); got != dnsCheckAddr {
 		t.Fatalf("%s resolved to %q, want %s (stderr %q)", dnsCheckName, got, dnsCheckAddr, res.Stderr)
 	}
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"getent", "hosts", dnsCheckName}, Timeout: 20 * time.Second})
+	res = exec(t, d, id, container.ExecRequest{Cmd: []string{"getent", "hosts", dnsCheckName}, Timeout: 20 * time.Second})
 	wantExit(t, res, 0)
 	if f := strings.Fields(string(res.Stdout)); len(f) < 2 || f[0] != dnsCheckAddr || f[1] != dnsCheckName {
 		t.Fatalf("getent hosts: %q", res.Stdout)
 	}
 	// TCP 53 (answers too large for UDP come this way).
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"python3", "-c", pyDNSOverTCP, dnsCheckName, dns}, Timeout: 20 * time.Second})
+	res = exec(t, d, id, container.ExecRequest{Cmd: []string{"python3", "-c", pyDNSOverTCP, dnsCheckName, dns}, Timeout: 20 * time.Second})
 	wantExit(t, res, 0)
 	if got := strings.TrimSpace(string(res.Stdout)); got != "0 1 "+dnsCheckAddr {
 		t.Fatalf("over TCP: %q (stderr %q), want rcode 0, 1 answer, %s", got, res.Stderr, dnsCheckAddr)
 	}
 	// Other *.internal names are answered "no such name" by the forwarder
 	// itself, at once (local=/internal/: never forwarded).
-	res = exec(t, d, id, ExecRequest{Cmd: []string{"python3", "-c", pyDNSOverTCP, "no-such-name.internal", dns}, Timeout: 20 * time.Second})
+	res = exec(t, d, id, container.ExecRequest{Cmd: []string{"python3", "-c", pyDNSOverTCP, "no-such-name.internal", dns}, Timeout: 20 * time.Second})
 	wantExit(t, res, 0)
 	if got := strings.TrimSpace(string(res.Stdout)); got != "3 0 -" {
 		t.Fatalf("no-such-name.internal: %q (stderr %q), want NXDOMAIN", got, res.Stderr)
@@ -258,7 +259,7 @@ func TestSandboxResolvesNames(t *testing.T) {
 	// The accept is for port 53 of the gateway only: another port of the
 	// host stays refused, fast.
 	port, accepted := hostListener(t)
-	res = exec(t, d, id, ExecRequest{
+	res = exec(t, d, id, container.ExecRequest{
 		Cmd:     []string{"python3", "-c", "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print('CONNECTED')", dns, fmt.Sprint(port)},
 		Timeout: 10 * time.Second,
 	})
@@ -279,9 +280,9 @@ func TestSandboxResolvesNames(t *testing.T) {
 // resolv.conf of the runtime's (no lookup is made through them).
 func TestSandboxDNSOption(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{DNS: []string{"203.0.113.53"}})
+	d := requireEngine(t, Options{DNS: []string{"203.0.113.53"}})
 	id := start(t, d, testSpec(t))
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
 	wantExit(t, res, 0)
 	if conf := string(res.Stdout); !strings.Contains(conf, "\nnameserver 203.0.113.53\n") || strings.Count(conf, "nameserver") != 1 {
 		t.Fatalf("/etc/resolv.conf:\n%s", conf)
@@ -292,7 +293,7 @@ func TestSandboxDNSOption(t *testing.T) {
 // resolv.conf of ours and no name servers.
 func TestNetworkNoneKeepsEngineResolvConf(t *testing.T) {
 	t.Parallel()
-	d := requireEngine(t, DockerOptions{Network: NetworkNone})
+	d := requireEngine(t, Options{Network: NetworkNone})
 	if d.dns != nil {
 		t.Fatalf("name servers with network none: %q", d.dns)
 	}
@@ -300,7 +301,7 @@ func TestNetworkNoneKeepsEngineResolvConf(t *testing.T) {
 	if src := resolvMount(t, d, id); strings.HasPrefix(filepath.Base(src), "resolv-") {
 		t.Fatalf("network none got our resolv.conf (%s)", src)
 	}
-	res := exec(t, d, id, ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
+	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"cat", "/etc/resolv.conf"}})
 	if strings.Contains(string(res.Stdout), setupDNS) {
 		t.Fatalf("network none names the forwarder:\n%s", res.Stdout)
 	}

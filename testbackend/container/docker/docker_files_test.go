@@ -1,0 +1,43 @@
+package docker
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+)
+
+// TestFileResult: how a file script ended says what the sandbox refused,
+// in the order the scripts' exit codes and the tools' messages decide it.
+func TestFileResult(t *testing.T) {
+	code := func(c int) *int { return &c }
+	for name, tc := range map[string]struct {
+		res   container.ExecResult
+		write bool
+		want  error
+	}{
+		"done":                     {container.ExecResult{ExitCode: code(0)}, false, nil},
+		"timed out":                {container.ExecResult{TimedOut: true}, false, container.ErrFileTimedOut},
+		"killed":                   {container.ExecResult{}, true, container.ErrFileTimedOut},
+		"read: nothing there":      {container.ExecResult{ExitCode: code(10)}, false, container.ErrFileNotFound},
+		"write: no parent allowed": {container.ExecResult{ExitCode: code(10)}, true, container.ErrFilePermission},
+		"directory":                {container.ExecResult{ExitCode: code(11)}, true, container.ErrIsADirectory},
+		"name too long":            {container.ExecResult{ExitCode: code(10), Stderr: []byte("mkdir: File name too long\n")}, true, container.ErrNameTooLong},
+		"parent is a file":         {container.ExecResult{ExitCode: code(10), Stderr: []byte("mkdir: Not a directory")}, true, container.ErrParentNotDirectory},
+		"parent exists as a file":  {container.ExecResult{ExitCode: code(10), Stderr: []byte("mkdir: File exists")}, true, container.ErrParentNotDirectory},
+		"disk full":                {container.ExecResult{ExitCode: code(12), Stderr: []byte("cat: write error: No space left on device")}, true, container.ErrNoSpace},
+		"read: not readable":       {container.ExecResult{ExitCode: code(12)}, false, container.ErrFilePermission},
+		"read: not a regular file": {container.ExecResult{ExitCode: code(13)}, false, container.ErrNotRegular},
+		"write: not regular file":  {container.ExecResult{ExitCode: code(13)}, true, container.ErrNotRegular},
+		"read: open refused":       {container.ExecResult{ExitCode: code(2), Stderr: []byte("sh: 5: cannot open /tmp/x: Permission denied")}, false, container.ErrFilePermission},
+		"read: gone before open":   {container.ExecResult{ExitCode: code(2), Stderr: []byte("sh: 5: cannot open /tmp/x: No such file")}, false, container.ErrFileNotFound},
+	} {
+		if got := fileResult(tc.res, tc.write); !errors.Is(got, tc.want) || (tc.want == nil) != (got == nil) {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	var failed *container.FileFailure
+	if err := fileResult(container.ExecResult{ExitCode: code(2), Stderr: []byte(" sh: oops \n")}, false); !errors.As(err, &failed) || failed.ExitCode != 2 || failed.Stderr != "sh: oops" {
+		t.Errorf("other failure: %#v", err)
+	}
+}
