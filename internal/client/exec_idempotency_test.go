@@ -19,8 +19,9 @@ import (
 type fakeExecAPI struct {
 	ext bool
 	// fault, when set, answers attempt n (1-based) of the commands route
-	// instead of the API: after the command ran if ranFirst says so.
-	fault func(n int, w http.ResponseWriter, r *http.Request) (handled, ranFirst bool)
+	// instead of the API when it says it handled it; it calls run first
+	// when the command is to have run before that answer.
+	fault func(n int, w http.ResponseWriter, run func()) (handled bool)
 
 	mu       sync.Mutex
 	posts    int
@@ -73,13 +74,8 @@ func (f *fakeExecAPI) serve(t *testing.T) *httptest.Server {
 			}
 			return out
 		}
-		if f.fault != nil {
-			if handled, ranFirst := f.fault(n, w, r); handled {
-				if ranFirst {
-					run()
-				}
-				return
-			}
+		if f.fault != nil && f.fault(n, w, func() { run() }) {
+			return
 		}
 		out := run()
 		writeJSON(w, 200, okBody(map[string]any{"stdout": out, "stderr": "", "exitCode": 0, "timedOut": false,
@@ -110,12 +106,13 @@ func bare503(w http.ResponseWriter) {
 // proxy's, after it passed the command on) is not resent: the command
 // runs once and the call fails saying its outcome is unknown.
 func TestCommandBare503NotResentWithoutExtension(t *testing.T) {
-	f := &fakeExecAPI{fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+	f := &fakeExecAPI{fault: func(n int, w http.ResponseWriter, run func()) bool {
 		if n == 1 {
+			run() // the command ran before this answer
 			bare503(w)
-			return true, true
+			return true
 		}
-		return false, false
+		return false
 	}}
 	c := newTestClient(t, f.serve(t), Config{})
 	learn(t, c)
@@ -148,12 +145,13 @@ func TestCommandKeyedRetryReturnsFirstRun(t *testing.T) {
 		"connection dropped": func(w http.ResponseWriter) { hangup(t, w) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+			f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, run func()) bool {
 				if n == 1 {
+					run() // the command ran before this answer
 					fault(w)
-					return true, true
+					return true
 				}
-				return false, false
+				return false
 			}}
 			c := newTestClient(t, f.serve(t), Config{})
 			learn(t, c)
@@ -204,12 +202,12 @@ func TestCommandNotStartedResent(t *testing.T) {
 		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeExecAPI{ext: tc.ext, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+			f := &fakeExecAPI{ext: tc.ext, fault: func(n int, w http.ResponseWriter, run func()) bool {
 				if n == 1 {
 					tc.answer(w)
-					return true, false
+					return true
 				}
-				return false, false
+				return false
 			}}
 			c := newTestClient(t, f.serve(t), Config{})
 			learn(t, c)
@@ -231,13 +229,14 @@ func TestCommandNotStartedResent(t *testing.T) {
 // final even with a key (the API stored it under the key), and a refusal
 // such as SANDBOX_NOT_RUNNING is no unknown outcome.
 func TestCommandOutcomeUnknownNotResent(t *testing.T) {
-	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, run func()) bool {
 		if n == 1 {
+			run() // the command ran before this answer
 			writeJSON(w, 502, errBody(CodeCommandOutcomeUnknown, "the engine broke off while the command ran; it may have run"))
-			return true, true
+			return true
 		}
 		writeJSON(w, 409, errBody(CodeSandboxNotRunning, "sandbox exited"))
-		return true, false
+		return true
 	}}
 	c := newTestClient(t, f.serve(t), Config{})
 	learn(t, c)
@@ -259,14 +258,15 @@ func TestCommandOutcomeUnknownNotResent(t *testing.T) {
 // may have run stays "may have run" even if the last attempt's answer was
 // a refusal.
 func TestCommandKeyedOutcomeStaysUnknown(t *testing.T) {
-	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, run func()) bool {
 		if n == 1 {
+			run() // the command ran before this answer
 			bare503(w)
-			return true, true
+			return true
 		}
 		w.Header().Set("Retry-After", "0")
 		writeJSON(w, 429, errBody(CodeTooManyRequests, "busy"))
-		return true, false
+		return true
 	}}
 	c := newTestClient(t, f.serve(t), Config{MaxRetries: 2})
 	learn(t, c)
@@ -281,12 +281,13 @@ func TestCommandKeyedOutcomeStaysUnknown(t *testing.T) {
 // the client does: a lost answer of a keyed command is resent with its
 // key, and the command runs once.
 func TestForExecKeepsRetryPolicy(t *testing.T) {
-	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, _ *http.Request) (bool, bool) {
+	f := &fakeExecAPI{ext: true, fault: func(n int, w http.ResponseWriter, run func()) bool {
 		if n == 1 {
+			run() // the command ran before this answer
 			bare503(w)
-			return true, true
+			return true
 		}
-		return false, false
+		return false
 	}}
 	c := newTestClient(t, f.serve(t), Config{HTTPClient: &http.Client{Timeout: time.Minute}})
 	learn(t, c)
