@@ -82,6 +82,10 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 	if err := hostnet.CheckEgressAccept(context.Background(), n.Bridge, n.Gateway); err != nil {
 		return nil, err
 	}
+	engineRange, err := netip.ParsePrefix(n.IPAMRange)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ipam_range %q: %w: run `make setup`", hostnet.File, n.IPAMRange, err)
+	}
 	var blocked []netip.Prefix
 	for _, b := range n.Blocked {
 		if p, err := netip.ParsePrefix(b); err == nil {
@@ -102,6 +106,8 @@ func newEgress(cfg Config, rt container.Runtime, instance string) (*egress.Contr
 		Subnet:   subnet,
 		Blocked:  blocked,
 		Upstream: upstream,
+		// The pool the backend leases from (container/netns.go).
+		EngineRange: engineRange,
 		Used: func(ctx context.Context) ([]netip.Addr, error) {
 			_, _, used, err := d.NetworkAddresses(ctx)
 			return used, err

@@ -266,6 +266,32 @@ func TestReserveIP(t *testing.T) {
 	}
 }
 
+// TestReserveIPOutsideTheEngineRange: with the engine's range known, an
+// address comes from anywhere outside it (the pool the backend leases to
+// every sandbox, 191 addresses on setup's /24), the lower half included,
+// and never from the range itself.
+func TestReserveIPOutsideTheEngineRange(t *testing.T) {
+	used := []netip.Addr{}
+	for i := 64; i <= 254; i++ {
+		if i != 70 {
+			used = append(used, netip.AddrFrom4([4]byte{172, 30, 99, byte(i)}))
+		}
+	}
+	c := &Controller{
+		cfg: Config{Gateway: netip.MustParseAddr("172.30.99.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+			EngineRange: netip.MustParsePrefix("172.30.99.0/26"),
+			Used:        func(context.Context) ([]netip.Addr, error) { return used, nil }},
+		byIP: map[netip.Addr]*entry{}, reserved: map[netip.Addr]time.Time{},
+	}
+	a, err := c.ReserveIP(context.Background(), nil)
+	if err != nil || a != "172.30.99.70" {
+		t.Fatalf("reserved %q (%v), want the one free address outside the engine's range, .70", a, err)
+	}
+	if b, err := c.ReserveIP(context.Background(), nil); err == nil {
+		t.Fatalf("with every address outside the engine's range taken, reserved %s", b)
+	}
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // count is how often the upstream was asked for name.
