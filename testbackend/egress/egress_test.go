@@ -50,14 +50,23 @@ type fakeUpstream struct {
 func startUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{}
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.addr = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp4", u.addr)
-	if err != nil {
-		t.Fatal(err)
+	// A free UDP port may be taken for TCP: try another, as the forwarder
+	// does (startForwarder).
+	var pc net.PacketConn
+	var ln net.Listener
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		u.addr = pc.LocalAddr().String()
+		if ln, err = net.Listen("tcp4", u.addr); err == nil {
+			break
+		}
+		pc.Close()
+		if attempt == 20 {
+			t.Fatal(err)
+		}
 	}
 	rr := func(s string) dns.RR {
 		r, err := dns.NewRR(s)
