@@ -56,3 +56,14 @@ func (d *Docker) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, gat
 	}
 	return subnet, gateway, used, nil
 }
+
+// AddressPool is how many addresses the backend may lease to the
+// sandboxes it wires itself (netns.go), shared with every backend on the
+// bridge; 0 when the engine networks the sandboxes (its allocator then
+// decides).
+func (d *Docker) AddressPool() int {
+	if d.own == nil {
+		return 0
+	}
+	return len(d.own.candidates())
+}
