@@ -4,10 +4,13 @@
 # fails the run. The last line is "N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o /tmp/rarecloud-testsummary.$$ ./scripts/testsummary
-trap 'rm -f /tmp/rarecloud-testsummary.$$' EXIT
+# A directory of mktemp's (a fixed name under /tmp, even with the PID,
+# could be another user's link that the build writes through).
+bin=$(mktemp -d "${TMPDIR:-/tmp}/rarecloud-gotest.XXXXXX")
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/testsummary" ./scripts/testsummary
 set +e
-go test -json "$@" 2>&1 | /tmp/rarecloud-testsummary.$$
+go test -json "$@" 2>&1 | "$bin/testsummary"
 codes=("${PIPESTATUS[@]}")
 set -e
 if [[ ${codes[0]} != 0 && ${codes[1]} == 0 ]]; then

@@ -116,6 +116,10 @@ type Config struct {
 	HostMemoryReserve int64
 	MemoryOvercommit  float64
 	HostShare         float64
+	// DiskReserve is the free space creates leave on the data directory's
+	// file system (503 HOST_CAPACITY_EXHAUSTED below it; 0:
+	// sandbox.DefaultDiskReserve, 1 GiB; negative: no bound).
+	DiskReserve int64
 	// StartSlots is how many container starts run at once, in turns across
 	// accounts (0: sandbox.DefaultStartSlots).
 	StartSlots int
@@ -346,6 +350,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		HostMemoryReserve: cfg.HostMemoryReserve,
 		MemoryOvercommit:  cfg.MemoryOvercommit,
 		HostShare:         cfg.HostShare,
+		Addresses:         b.addressPool(),
+		DiskReserve:       cfg.DiskReserve,
 		StartSlots:        cfg.StartSlots,
 		Egress:            b.egressEnforcer(),
 	})
@@ -379,6 +385,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}()
 	return b, nil
+}
+
+// addressPool is how many sandbox addresses the runtime leases from; 0
+// (no bound) when the engine hands them out, or nothing runs.
+func (b *Backend) addressPool() int {
+	if b.docker != nil {
+		return b.docker.AddressPool()
+	}
+	return 0
 }
 
 func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {

@@ -217,3 +217,36 @@ func TestDefaultDataDirWithoutHome(t *testing.T) {
 		t.Errorf("the error names a path under %s: %v", os.TempDir(), err)
 	}
 }
+
+// TestNoFixedPathUnderTmp: no script and no non-test Go file of the
+// backend names a fixed path under /tmp (a PID is no secret either):
+// another local user can create it first, as a link to a file of root's
+// that the script then writes through. Temporary files come from mktemp
+// (scripts) or os.MkdirTemp / t.TempDir (Go), under $TMPDIR.
+func TestNoFixedPathUnderTmp(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"../scripts/*.sh", "../GNUmakefile", "images/*.sh", "*/*.go", "*/*/*.go", "*.go"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 20 {
+		t.Fatalf("found only %d files to check: %v", len(files), files)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "/tmp/") && !strings.Contains(line, "mktemp") && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Errorf("%s:%d names a fixed path under /tmp: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}

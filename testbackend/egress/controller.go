@@ -55,8 +55,14 @@ type Config struct {
 	Upstream string
 	// Used lists the addresses taken on the sandbox network (every
 	// container's, other backends' too).
-	Used   func(ctx context.Context) ([]netip.Addr, error)
-	Logger *slog.Logger
+	Used func(ctx context.Context) ([]netip.Addr, error)
+	// EngineRange is the part of Subnet the engine's allocator hands out
+	// (network.json's ipam_range): ReserveIP picks outside it, from the
+	// same addresses the backend leases to other sandboxes, so that
+	// restricted sandboxes have no smaller pool of their own. Unset: the
+	// upper half of Subnet.
+	EngineRange netip.Prefix
+	Logger      *slog.Logger
 	// Limits bound what one sandbox's DNS may cost (limit.go); zero
 	// fields take DefaultLimits.
 	Limits Limits
@@ -149,9 +155,9 @@ func (c *Controller) Close() error { return c.dns.close() }
 // Available reports "": a started controller enforces.
 func (c *Controller) Available() string { return "" }
 
-// ReserveIP picks a free address in the upper half of the subnet (Docker
-// hands out addresses from the bottom), none in use, none reserved, none
-// in avoid.
+// ReserveIP picks a free address outside the engine's range (without one,
+// in the upper half of the subnet: Docker hands out addresses from the
+// bottom), none in use, none reserved, none in avoid.
 func (c *Controller) ReserveIP(ctx context.Context, avoid []string) (string, error) {
 	used, err := c.cfg.Used(ctx)
 	if err != nil {
@@ -187,6 +193,12 @@ func (c *Controller) ReserveIP(ctx context.Context, avoid []string) (string, err
 	}
 	size := 1 << hostBits
 	lo, hi := size/2, size-2 // the upper half, without the broadcast address
+	engine := c.cfg.EngineRange.Masked()
+	where := "the upper half of " + p.String()
+	if engine.IsValid() {
+		lo = 1 // all but the network address, the broadcast and the engine's range
+		where = p.String() + " outside " + engine.String()
+	}
 	base := p.Addr().As4()
 	start := rand.IntN(hi - lo + 1)
 	for i := 0; i <= hi-lo; i++ {
@@ -195,12 +207,12 @@ func (c *Controller) ReserveIP(ctx context.Context, avoid []string) (string, err
 		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 		v += uint32(n)
 		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		if !taken[a] {
+		if !taken[a] && (!engine.IsValid() || !engine.Contains(a)) {
 			c.reserved[a] = now
 			return a.String(), nil
 		}
 	}
-	return "", fmt.Errorf("egress: no free address left in the upper half of %s", p)
+	return "", fmt.Errorf("egress: no free address left in %s", where)
 }
 
 func newEntry(p sandbox.EgressPolicy) (*entry, error) {

@@ -50,14 +50,23 @@ type fakeUpstream struct {
 func startUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{}
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.addr = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp4", u.addr)
-	if err != nil {
-		t.Fatal(err)
+	// A free UDP port may be taken for TCP: try another, as the forwarder
+	// does (startForwarder).
+	var pc net.PacketConn
+	var ln net.Listener
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		u.addr = pc.LocalAddr().String()
+		if ln, err = net.Listen("tcp4", u.addr); err == nil {
+			break
+		}
+		pc.Close()
+		if attempt == 20 {
+			t.Fatal(err)
+		}
 	}
 	rr := func(s string) dns.RR {
 		r, err := dns.NewRR(s)
@@ -263,6 +272,32 @@ func TestReserveIP(t *testing.T) {
 	}
 	if _, err := c.ReserveIP(context.Background(), []string{"172.30.99.200"}); err == nil {
 		t.Fatal("a full upper half still gave an address")
+	}
+}
+
+// TestReserveIPOutsideTheEngineRange: with the engine's range known, an
+// address comes from anywhere outside it (the pool the backend leases to
+// every sandbox, 191 addresses on setup's /24), the lower half included,
+// and never from the range itself.
+func TestReserveIPOutsideTheEngineRange(t *testing.T) {
+	used := []netip.Addr{}
+	for i := 64; i <= 254; i++ {
+		if i != 70 {
+			used = append(used, netip.AddrFrom4([4]byte{172, 30, 99, byte(i)}))
+		}
+	}
+	c := &Controller{
+		cfg: Config{Gateway: netip.MustParseAddr("172.30.99.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+			EngineRange: netip.MustParsePrefix("172.30.99.0/26"),
+			Used:        func(context.Context) ([]netip.Addr, error) { return used, nil }},
+		byIP: map[netip.Addr]*entry{}, reserved: map[netip.Addr]time.Time{},
+	}
+	a, err := c.ReserveIP(context.Background(), nil)
+	if err != nil || a != "172.30.99.70" {
+		t.Fatalf("reserved %q (%v), want the one free address outside the engine's range, .70", a, err)
+	}
+	if b, err := c.ReserveIP(context.Background(), nil); err == nil {
+		t.Fatalf("with every address outside the engine's range taken, reserved %s", b)
 	}
 }
 

@@ -102,6 +102,10 @@ func startOnHost(s HostSetup) (*Controller, error) {
 	if err := hostnet.CheckEgressAccept(context.Background(), n.Bridge, n.Gateway); err != nil {
 		return nil, err
 	}
+	engineRange, err := netip.ParsePrefix(n.IPAMRange)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ipam_range %q: %w: run `make setup`", hostnet.File, n.IPAMRange, err)
+	}
 	var blocked []netip.Prefix
 	for _, b := range n.Blocked {
 		if p, err := netip.ParsePrefix(b); err == nil {
@@ -122,8 +126,10 @@ func startOnHost(s HostSetup) (*Controller, error) {
 		Subnet:   subnet,
 		Blocked:  blocked,
 		Upstream: upstream,
-		Used:     s.Used,
-		Logger:   s.Logger,
+		// The pool the backend leases from (package container/netwire).
+		EngineRange: engineRange,
+		Used:        s.Used,
+		Logger:      s.Logger,
 	})
 }
 

@@ -82,26 +82,63 @@ func (m *Manager) sandboxMemory(sb *store.Sandbox) int64 {
 }
 
 // checkHostCapacityLocked refuses a sandbox of tpl for account when the
-// live sandboxes would hold more memory than the host's capacity, or the
-// account more than its share of it. It runs under the lock that inserts
-// the record, like the vCPU check.
+// host has no room for it: the data directory's disk below its reserve
+// (diskcap.go), the live sandboxes' memory past the host's capacity or the
+// account's share of it, or no sandbox address left (addresses below). It
+// runs under the lock that inserts the record, like the vCPU check, and
+// does no I/O.
 func (m *Manager) checkHostCapacityLocked(account string, tpl Template) *Error {
-	capacity := m.hostCapacity()
-	if capacity == 0 || m.immediate {
-		return nil
+	if err := m.checkDiskLocked(); err != nil {
+		return err // records are written in both modes
 	}
-	need := tpl.MemoryMB<<20 + sandboxOverhead
-	var all, mine int64
+	if m.immediate {
+		return nil // the test mode runs nothing: no memory, no address
+	}
+	use := m.hostUseLocked(account)
+	if err := m.checkMemoryLocked(account, tpl, use); err != nil {
+		return err
+	}
+	return m.checkAddressesLocked(account, use)
+}
+
+// hostUse is what the live sandboxes of this backend hold, and the part of
+// it the asking account holds.
+type hostUse struct {
+	memAll, memMine int64
+	// live and mine count pending and running sandboxes; held the other
+	// containers of this backend that hold an address: warm ones (ready
+	// or starting) and those of deleted sandboxes still being removed.
+	live, mine, held int
+}
+
+func (m *Manager) hostUseLocked(account string) hostUse {
+	var u hostUse
 	for _, sb := range m.boxes {
-		if sb.Status != StatusPending && sb.Status != StatusRunning {
+		if !isLive(sb.Status) {
 			continue
 		}
 		mem := m.sandboxMemory(sb)
-		all += mem
+		u.memAll += mem
+		u.live++
 		if sb.Account == account {
-			mine += mem
+			u.memMine += mem
+			u.mine++
 		}
 	}
+	for _, p := range m.pools {
+		u.held += len(p.ready) + p.filling
+	}
+	u.held += len(m.removing)
+	return u
+}
+
+func (m *Manager) checkMemoryLocked(account string, tpl Template, u hostUse) *Error {
+	capacity := m.hostCapacity()
+	if capacity == 0 {
+		return nil
+	}
+	need := tpl.MemoryMB<<20 + sandboxOverhead
+	all, mine := u.memAll, u.memMine
 	share := int64(float64(capacity) * m.cfg.HostShare)
 	switch {
 	case mine+need > share:
@@ -112,6 +149,37 @@ func (m *Manager) checkHostCapacityLocked(account string, tpl Template) *Error {
 		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
 			"this host's sandbox memory is taken: live sandboxes hold %s of %s and a %s sandbox needs %s more. Retry in a while (sandboxes end and free it)",
 			fmtBytes(all), fmtBytes(capacity), tpl.Name, fmtBytes(need))}
+	}
+	return nil
+}
+
+// Addresses: every sandbox on the sandbox network holds one address on it
+// from the pool the backend leases from (Config.Addresses: the subnet
+// outside the engine's range, 191 addresses on the network make setup
+// makes, egress-restricted sandboxes' included). A create past the pool
+// would only end start_failed once its container found none, so it is
+// refused instead, counting every live sandbox of this backend and every
+// other container of it that holds one (warm containers, containers of
+// deleted sandboxes not yet removed), and one account may hold at most its
+// HostShare of the pool. Other backends on the same network draw from the
+// same pool and are not counted: a start that finds their leases took the
+// last address still fails.
+
+func (m *Manager) checkAddressesLocked(account string, u hostUse) *Error {
+	pool := m.cfg.Addresses
+	if pool <= 0 {
+		return nil
+	}
+	share := int(float64(pool) * m.cfg.HostShare)
+	switch {
+	case u.mine+1 > share:
+		return &Error{Code: CodeHostShareExceeded, Message: fmt.Sprintf(
+			"account %s holds %d of this host's %d sandbox addresses, its share (%.0f%%). Delete sandboxes you no longer need (their addresses free at once)",
+			account, u.mine, pool, m.cfg.HostShare*100)}
+	case u.live+u.held+1 > pool:
+		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
+			"this host's sandbox addresses are taken: %d live sandboxes and %d other containers hold %d of %d addresses on the sandbox network. Retry in a while (sandboxes end and free them)",
+			u.live, u.held, u.live+u.held, pool)}
 	}
 	return nil
 }

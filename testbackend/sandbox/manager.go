@@ -87,6 +87,15 @@ type Config struct {
 	HostMemoryReserve int64
 	MemoryOvercommit  float64
 	HostShare         float64
+	// Addresses is how many addresses the sandboxes of this backend may
+	// hold on the sandbox network (the runtime's pool); 0: no bound.
+	Addresses int
+	// DiskReserve is the free space a create leaves on the data
+	// directory's file system (default DefaultDiskReserve, negative: no
+	// bound); FreeDisk reads that free space (default FreeSpace; tests
+	// stand in for it). See diskcap.go.
+	DiskReserve int64
+	FreeDisk    func(dir string) (int64, error)
 	// StartSlots is how many container starts run at once, taking turns
 	// across accounts (default DefaultStartSlots; startqueue.go).
 	StartSlots int
@@ -137,8 +146,9 @@ type Manager struct {
 	// removed, each with a channel closed once it is (background.go).
 	removing map[string]chan struct{}
 
-	engine engineState
-	starts *startQueue // container starts, in turns across accounts
+	engine    engineState
+	diskSpace *diskSpace  // the data directory's free space (diskcap.go)
+	starts    *startQueue // container starts, in turns across accounts
 }
 
 // New builds a manager; Start loads records and reconciles.
@@ -192,6 +202,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HostShare <= 0 || cfg.HostShare > 1 {
 		cfg.HostShare = DefaultHostShare
 	}
+	if cfg.DiskReserve == 0 {
+		cfg.DiskReserve = DefaultDiskReserve
+	}
+	if cfg.FreeDisk == nil {
+		cfg.FreeDisk = FreeSpace
+	}
 	if cfg.StartSlots <= 0 {
 		cfg.StartSlots = DefaultStartSlots
 	}
@@ -230,6 +246,9 @@ func New(cfg Config) (*Manager, error) {
 
 		poolChanged: make(chan struct{}),
 		removing:    map[string]chan struct{}{},
+	}
+	if cfg.DiskReserve > 0 {
+		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
 	}
 	if imm, ok := cfg.Runtime.(container.Immediate); ok {
 		m.immediate = imm.Immediate()

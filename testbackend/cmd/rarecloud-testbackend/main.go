@@ -60,6 +60,7 @@ func run(args []string) error {
 	fs.Int64Var(&cfg.HostMemoryBytes, "host-memory", 0, "bytes of memory the host offers sandboxes before the reserve (0: the machine's MemTotal; -1: no host bound)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "how far the memory limits of all live sandboxes may add up past the host's memory less a 2 GiB reserve (1: the sandboxes can never take the host's memory)")
 	fs.Float64Var(&cfg.HostShare, "host-share", sandbox.DefaultHostShare, "the part of that capacity one account may hold (0 to 1)")
+	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", sandbox.DefaultDiskReserve, "bytes of free space creates leave on the file system of --data: below it a create answers 503 HOST_CAPACITY_EXHAUSTED naming the disk (-1: no bound)")
 	fs.IntVar(&cfg.StartSlots, "start-slots", sandbox.DefaultStartSlots, "container starts that run at once; the rest wait, in turns across accounts")
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.DurationVar(&cfg.MinIdleTimeout, "min-idle-timeout", sandbox.DefaultMinIdleTimeout, "least idleTimeoutMs (smaller values are raised to it); a test knob: the product's minimum is 90s")

@@ -58,3 +58,14 @@ func (d *Runtime) NetworkAddresses(ctx context.Context) (subnet netip.Prefix, ga
 	}
 	return subnet, gateway, used, nil
 }
+
+// AddressPool is how many addresses the backend may lease to the
+// sandboxes it wires itself (package netwire), shared with every backend on the
+// bridge; 0 when the engine networks the sandboxes (its allocator then
+// decides).
+func (d *Runtime) AddressPool() int {
+	if d.own == nil {
+		return 0
+	}
+	return len(d.own.Candidates())
+}
