@@ -109,6 +109,7 @@ type crashCase struct {
 }
 
 const (
+	crashCmd       = "echo ran >> /home/user/count"
 	crashTimeoutMs = int64(1234567)
 	crashFile      = "/home/user/crash.txt"
 	crashContent   = "written before the crash\n"
@@ -170,6 +171,27 @@ func crashCases() []crashCase {
 			t.Fatalf("the file written before the crash: %+v", out)
 		}
 	}
+	// exec runs crashCmd with the sandbox's one Idempotency-Key.
+	exec := func(e crashEnv) {
+		e.c.Raw("POST", "/sandboxes/"+e.id+"/commands", tokA, map[string]any{"cmd": crashCmd}, map[string]string{"Idempotency-Key": "exec-" + e.id})
+	}
+	// ranOnce retries exec after the restart: it must answer as the first
+	// run did (replayed) or say its outcome is unknown, never run again;
+	// the file says how often it ran.
+	ranOnce := func(replay bool, runs string) func(t *testing.T, c *client, id string) {
+		return func(t *testing.T, c *client, id string) {
+			r := c.Do("POST", "/sandboxes/"+id+"/commands", tokA, map[string]any{"cmd": crashCmd}, map[string]string{"Idempotency-Key": "exec-" + id})
+			switch {
+			case replay && (r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true"):
+				t.Fatalf("the retry of an answered command after the crash: %v (Idempotent-Replayed %q), want its answer replayed", r, r.Header.Get("Idempotent-Replayed"))
+			case !replay && r.ErrCode() != "COMMAND_OUTCOME_UNKNOWN":
+				t.Fatalf("the retry of a command the crash cut off: %v, want 502 COMMAND_OUTCOME_UNKNOWN", r)
+			}
+			if out := c.command(id, "cat /home/user/count 2>/dev/null | wc -l"); strings.TrimSpace(out.Stdout) != runs {
+				t.Fatalf("the command ran %s times, want %s", strings.TrimSpace(out.Stdout), runs)
+			}
+		}
+	}
 	gone := func(t *testing.T, c *client, id string) {
 		if r := c.Do("GET", "/sandboxes/"+id, tokA, nil, nil); r.Status != 404 {
 			t.Fatalf("a deleted sandbox came back after the crash: %v", r)
@@ -185,6 +207,8 @@ func crashCases() []crashCase {
 		{name: "start.answered", point: failpoint.StartAnswered, request: create, reported: true},
 		{name: "patch.recorded", point: failpoint.PatchRecorded, running: true, request: patch, reported: true, then: patchKept},
 		{name: "file.written", point: failpoint.FileWritten, running: true, request: write, reported: true, then: fileKept},
+		{name: "exec.recorded", point: failpoint.ExecRecorded, running: true, request: exec, reported: true, then: ranOnce(false, "0")},
+		{name: "exec.ran", point: failpoint.ExecRan, running: true, request: exec, reported: true, then: ranOnce(false, "1")},
 		{name: "delete.recorded", point: failpoint.DeleteRecorded, running: true, request: del, then: gone},
 		// Killed from outside right after the answer: what was answered holds.
 		{name: "answered/create", request: create, then: func(t *testing.T, c *client, id string) {
@@ -194,17 +218,20 @@ func crashCases() []crashCase {
 		}},
 		{name: "answered/running", running: true, request: func(crashEnv) {}, reported: true},
 		{name: "answered/patch", running: true, request: patch, reported: true, then: patchKept},
+		{name: "answered/exec", running: true, request: exec, reported: true, then: ranOnce(true, "1")},
 		{name: "answered/delete", running: true, request: del, then: gone},
 	}
 }
 
 // TestCrashAtEachFailpoint kills the backend (a process of its own, with
-// SIGKILL) at each failpoint of create, start, PATCH, file write and
-// delete, and right after each kind of answer; restarts it on the same
-// data; and checks what the API acknowledged survived and nothing of the
-// crash is left: a sandbox the API could have reported running is the
-// same container or ends terminated with a reason, an acknowledged (or
-// recorded) PATCH holds, a deleted sandbox stays gone, no container,
+// SIGKILL) at each failpoint of create, warm claim, start, PATCH, file
+// write, keyed command and delete, and right after each kind of answer;
+// restarts it on the same data; and checks what the API acknowledged
+// survived and nothing of the crash is left: a sandbox the API could have
+// reported running is the same container or ends terminated with a
+// reason, an acknowledged (or recorded) PATCH holds, a keyed command never
+// runs twice (its retry replays the answer or says the outcome is
+// unknown), a deleted sandbox stays gone, no container,
 // address lease, network namespace or egress rule is left without its
 // record, and no env value or half-written record is at rest. Every
 // sandbox is DENY_ALL, so each has an address and rules to leave behind.

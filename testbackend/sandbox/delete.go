@@ -52,7 +52,7 @@ func (m *Manager) forgetLocked(sb *store.Sandbox) *recordWrite {
 // dropLocked forgets a record in memory only.
 func (m *Manager) dropLocked(sb *store.Sandbox) {
 	delete(m.boxes, sb.ID)
-	delete(m.execKeys, sb.ID)
+	m.forgetExecKeysLocked(sb.ID)
 	m.unindexLocked(sb)
 	m.notifyLocked(sb.ID)
 	if t := m.timers[sb.ID]; t != nil {

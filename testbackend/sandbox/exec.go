@@ -139,7 +139,7 @@ type execPrep func(sb store.Sandbox) (container.ExecRequest, error)
 // execNow runs one process in the sandbox. started is false when the
 // answer proves that the process did not start (it was refused first, or
 // the runtime says so); otherwise it may have run, even on an error.
-func (m *Manager) execNow(ctx context.Context, account, id string, prep execPrep) (out ExecOutput, started bool, err error) {
+func (m *Manager) execNow(ctx context.Context, account, id string, prep execPrep, before func() error) (out ExecOutput, started bool, err error) {
 	defer m.activity(account, id)()
 	sb, err := m.runningSnapshot(ctx, account, id)
 	if err != nil {
@@ -148,6 +148,11 @@ func (m *Manager) execNow(ctx context.Context, account, id string, prep execPrep
 	req, err := prep(sb)
 	if err != nil {
 		return ExecOutput{}, false, err
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			return ExecOutput{}, false, err
+		}
 	}
 	res, err := m.rt.Exec(ctx, sb.ContainerID, req)
 	if err != nil {

@@ -5,7 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"slices"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
 // Exec idempotency, an extension of API v1 (openapi.yaml, runCommand):
@@ -17,14 +22,22 @@ import (
 // retry with its key runs it.
 //
 // Keys are per sandbox (and so per account: another account's request for
-// the sandbox is NOT_FOUND before any key is looked at), kept in memory
-// only: the last MaxExecKeysPerSandbox of each sandbox, for as long as its
-// record lives (dropLocked forgets them with it). A backend restart
-// forgets every key: a retry after a restart runs the process again.
+// the sandbox is NOT_FOUND before any key is looked at): the last
+// MaxExecKeysPerSandbox of each sandbox, for as long as its record lives
+// (dropLocked forgets them with it). Each is on disk before its process
+// starts (store.ExecKey), and again with its answer once the process
+// ended, so no restart lets a retry run a process twice: after a restart
+// a key whose process was running, or whose answer was larger than
+// MaxKeptExecAnswer, answers 502 COMMAND_OUTCOME_UNKNOWN; one whose
+// answer was kept replays it.
 
 // MaxExecKeysPerSandbox bounds the Idempotency-Keys kept per sandbox; past
 // it the oldest finished one is forgotten.
 const MaxExecKeysPerSandbox = 64
+
+// MaxKeptExecAnswer bounds the answer (stdout and stderr together) that a
+// key keeps on disk; a larger one is kept in memory only.
+const MaxKeptExecAnswer = 64 << 10
 
 // execEntry is one key's run: in flight until done is closed, then its
 // answer.
@@ -53,7 +66,8 @@ type execKeyring struct {
 	order []string
 }
 
-func (k *execKeyring) add(key string, e *execEntry) {
+// add keeps e under key and returns the keys it forgot to make room.
+func (k *execKeyring) add(key string, e *execEntry) (forgotten []string) {
 	k.byKey[key] = e
 	k.order = append(k.order, key)
 	for len(k.order) > MaxExecKeysPerSandbox {
@@ -62,16 +76,19 @@ func (k *execKeyring) add(key string, e *execEntry) {
 			i++
 		}
 		if i == len(k.order) {
-			return // every key still runs: they are bounded by the account's in-flight limit
+			return forgotten // every key still runs: they are bounded by the account's in-flight limit
 		}
+		forgotten = append(forgotten, k.order[i])
 		delete(k.byKey, k.order[i])
 		k.order = append(k.order[:i], k.order[i+1:]...)
 	}
+	return forgotten
 }
 
-func (k *execKeyring) remove(key string, e *execEntry) {
+// remove forgets key if it still holds e, and says whether it did.
+func (k *execKeyring) remove(key string, e *execEntry) bool {
 	if k.byKey[key] != e {
-		return
+		return false
 	}
 	delete(k.byKey, key)
 	for i, o := range k.order {
@@ -80,6 +97,7 @@ func (k *execKeyring) remove(key string, e *execEntry) {
 			break
 		}
 	}
+	return true
 }
 
 // execRequestHash identifies a request's body: the route and its fields,
@@ -99,7 +117,7 @@ func execRequestHash(route, a, b string, timeout time.Duration) string {
 // context allows.
 func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, prep execPrep) (ExecOutput, bool, error) {
 	if key == "" {
-		out, _, err := m.execNow(ctx, account, id, prep)
+		out, _, err := m.execNow(ctx, account, id, prep, nil)
 		return out, false, err
 	}
 	for {
@@ -130,15 +148,22 @@ func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, p
 			return e.out, true, e.err
 		}
 		e := &execEntry{hash: hash, done: make(chan struct{})}
-		ring.add(key, e)
+		for _, old := range ring.add(key, e) {
+			m.deleteExecKeyLocked(id, old)
+		}
+		rec := &store.ExecKey{SandboxID: id, Key: key, RequestHash: hash, CreatedAt: time.Now().UTC()}
 		started := m.goLocked(func() {
-			out, ran, err := m.execNow(m.ctx, account, id, prep)
+			out, ran, err := m.execNow(m.ctx, account, id, prep, func() error { return m.recordExecStart(rec) })
+			if ran {
+				failpoint.Hit(failpoint.ExecRan)
+				m.recordExecEnd(rec, e, out, err)
+			}
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			e.out, e.err, e.kept = out, err, ran
 			if !ran {
-				if r := m.execKeys[id]; r != nil {
-					r.remove(key, e)
+				if r := m.execKeys[id]; r != nil && r.remove(key, e) {
+					m.deleteExecKeyLocked(id, key)
 				}
 			}
 			close(e.done)
@@ -157,3 +182,100 @@ func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, p
 		}
 	}
 }
+
+// recordExecStart puts a key's record on disk before its process starts;
+// a key that cannot be recorded does not run (503: not started).
+func (m *Manager) recordExecStart(rec *store.ExecKey) error {
+	m.mu.Lock()
+	w := m.putExecKeyLocked(rec)
+	m.mu.Unlock()
+	if err := w.wait(); err != nil {
+		m.log.Warn("exec key not saved; the process is not started", "sandbox", rec.SandboxID, "err", err)
+		return errorf(CodeServiceUnavailable, "the backend could not record the request's Idempotency-Key in sandbox %s, so the process was not started; retry shortly", rec.SandboxID)
+	}
+	failpoint.Hit(failpoint.ExecRecorded)
+	return nil
+}
+
+// recordExecEnd puts the answer of a key's process on disk (unless it is
+// larger than MaxKeptExecAnswer, or not an API answer) before the request
+// answers, if the key is still kept. A failed write is logged: after a
+// restart the key answers COMMAND_OUTCOME_UNKNOWN, never runs again.
+func (m *Manager) recordExecEnd(rec *store.ExecKey, e *execEntry, out ExecOutput, runErr error) {
+	done := *rec
+	done.Done = true
+	var apiErr *Error
+	switch {
+	case runErr == nil && len(out.Stdout)+len(out.Stderr) <= MaxKeptExecAnswer:
+		done.Output, _ = json.Marshal(out)
+	case runErr != nil && errors.As(runErr, &apiErr):
+		done.Error, _ = json.Marshal(apiErr)
+	}
+	m.mu.Lock()
+	if r := m.execKeys[rec.SandboxID]; r == nil || r.byKey[rec.Key] != e {
+		m.mu.Unlock() // forgotten meanwhile (its sandbox deleted): nothing to keep
+		return
+	}
+	w := m.putExecKeyLocked(&done)
+	m.mu.Unlock()
+	if err := w.wait(); err != nil {
+		m.log.Warn("exec key's answer not saved; after a restart a retry answers COMMAND_OUTCOME_UNKNOWN", "sandbox", rec.SandboxID, "err", err)
+	}
+}
+
+// loadExecKeysLocked takes back the keys on disk at start: those of a
+// sandbox with a record answer a retry as they would have (a process that
+// was running when the backend went answers COMMAND_OUTCOME_UNKNOWN, never
+// runs again); the others go.
+func (m *Manager) loadExecKeysLocked(recs []*store.ExecKey) {
+	slices.SortFunc(recs, func(a, b *store.ExecKey) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, rec := range recs {
+		if m.boxes[rec.SandboxID] == nil {
+			m.deleteExecKeyLocked(rec.SandboxID, rec.Key)
+			continue
+		}
+		e := &execEntry{hash: rec.RequestHash, done: make(chan struct{}), kept: true}
+		close(e.done)
+		var apiErr Error
+		switch {
+		case !rec.Done:
+			e.err = outcomeUnknown("the backend restarted while the process of this Idempotency-Key ran in sandbox %s; it is not run again", rec.SandboxID)
+		case len(rec.Output) > 0 && json.Unmarshal(rec.Output, &e.out) == nil:
+		case len(rec.Error) > 0 && json.Unmarshal(rec.Error, &apiErr) == nil && apiErr.Code != "":
+			e.err = &apiErr
+		default:
+			e.err = outcomeUnknown("the process of this Idempotency-Key ended in sandbox %s before the backend restarted, and its answer was too large to keep across the restart; it is not run again", rec.SandboxID)
+		}
+		ring := m.execKeys[rec.SandboxID]
+		if ring == nil {
+			ring = &execKeyring{byKey: map[string]*execEntry{}}
+			m.execKeys[rec.SandboxID] = ring
+		}
+		for _, old := range ring.add(rec.Key, e) {
+			m.deleteExecKeyLocked(rec.SandboxID, old)
+		}
+	}
+}
+
+// forgetExecKeysLocked forgets a sandbox's keys, in memory and on disk.
+func (m *Manager) forgetExecKeysLocked(id string) {
+	if ring := m.execKeys[id]; ring != nil {
+		for _, key := range ring.order {
+			m.deleteExecKeyLocked(id, key)
+		}
+	}
+	delete(m.execKeys, id)
+}
+
+// putExecKeyLocked snapshots the key's record and hands it to the writer.
+func (m *Manager) putExecKeyLocked(rec *store.ExecKey) *recordWrite {
+	snap := *rec
+	return m.disk.enqueue(execKeyRecord(rec.SandboxID, rec.Key), "put", func() error { return m.st.PutExecKey(&snap) })
+}
+
+// deleteExecKeyLocked hands the removal of the key's record to the writer.
+func (m *Manager) deleteExecKeyLocked(id, key string) {
+	m.disk.enqueue(execKeyRecord(id, key), "delete", func() error { return m.st.DeleteExecKey(id, key) })
+}
+
+func execKeyRecord(id, key string) string { return "execkey/" + id + "\x00" + key }

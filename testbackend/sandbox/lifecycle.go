@@ -22,6 +22,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	execKeys, err := m.st.ExecKeys()
+	if err != nil {
+		return err
+	}
 	migrated := m.moveInlineLogs(boxes)
 	now := time.Now()
 	m.mu.Lock()
@@ -62,6 +66,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			overdue = append(overdue, sb)
 		}
 	}
+	m.loadExecKeysLocked(execKeys) // before the overdue go, and their keys with them
 	for _, sb := range migrated {
 		if m.boxes[sb.ID] == sb {
 			m.putSandboxLocked(sb) // a failure is logged; the next start moves it again

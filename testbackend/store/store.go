@@ -1,5 +1,6 @@
-// Package store persists the test backend's records: sandboxes and
-// idempotency keys, one JSON file each, and the output of run-mode
+// Package store persists the test backend's records: sandboxes, create
+// idempotency keys and exec idempotency keys, one JSON file each, and the
+// output of run-mode
 // programs, one file per sandbox beside its record, all written
 // atomically so a crash at any point leaves either the old or the new
 // file, never half of one.
@@ -86,6 +87,23 @@ type Idempotency struct {
 	CreatedAt   time.Time `json:"createdAt"`
 }
 
+// ExecKey remembers one command or run_code request made with an
+// Idempotency-Key (an extension of API v1): written before its process
+// starts, so that no restart can let a retry run it a second time, and
+// again with its answer once it ended.
+type ExecKey struct {
+	SandboxID   string    `json:"sandboxId"`
+	Key         string    `json:"key"`
+	RequestHash string    `json:"requestHash"`
+	CreatedAt   time.Time `json:"createdAt"`
+	// Done says the process ended; Output or Error is its answer (neither:
+	// the answer was too large to keep on disk). Not done after a restart:
+	// the process may have run.
+	Done   bool            `json:"done,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  json.RawMessage `json:"error,omitempty"`
+}
+
 // Store is a directory of records. It keeps nothing in memory: the caller
 // owns the live state and serialises writes to the same record.
 type Store struct {
@@ -108,6 +126,7 @@ func (s *Store) SetBeforeSync(fn func(path string)) {
 const (
 	sandboxDir     = "sandboxes"
 	idempotencyDir = "idempotency"
+	execKeysDir    = "execkeys"
 	logsDir        = "logs"
 	logSuffix      = ".log"
 )
@@ -120,12 +139,12 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir), filepath.Join(dir, logsDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, sandboxDir), filepath.Join(dir, idempotencyDir), filepath.Join(dir, execKeysDir), filepath.Join(dir, logsDir)} {
 		if err := MkdirNoFollow(d); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
-	for _, sub := range []string{sandboxDir, idempotencyDir, logsDir} {
+	for _, sub := range []string{sandboxDir, idempotencyDir, execKeysDir, logsDir} {
 		if err := removeLeftovers(filepath.Join(dir, sub)); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
@@ -335,6 +354,33 @@ func (s *Store) Idempotencies() ([]*Idempotency, error) {
 func (s *Store) idempotencyPath(account, key string) string {
 	sum := sha256.Sum256([]byte(account + "\x00" + key))
 	return filepath.Join(s.dir, idempotencyDir, hex.EncodeToString(sum[:])+".json")
+}
+
+// PutExecKey writes the exec key's record atomically.
+func (s *Store) PutExecKey(rec *ExecKey) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("store: encode exec key: %w", err)
+	}
+	return s.writeFile(s.execKeyPath(rec.SandboxID, rec.Key), data)
+}
+
+// DeleteExecKey removes the exec key's record.
+func (s *Store) DeleteExecKey(sandboxID, key string) error {
+	return removeFile(s.execKeyPath(sandboxID, key))
+}
+
+// ExecKeys loads every exec key record.
+func (s *Store) ExecKeys() ([]*ExecKey, error) {
+	var out []*ExecKey
+	err := readAll(filepath.Join(s.dir, execKeysDir), func() any { r := &ExecKey{}; out = append(out, r); return r })
+	return out, err
+}
+
+// Keys are client input: the file name is a hash, never the key itself.
+func (s *Store) execKeyPath(sandboxID, key string) string {
+	sum := sha256.Sum256([]byte(sandboxID + "\x00" + key))
+	return filepath.Join(s.dir, execKeysDir, hex.EncodeToString(sum[:])+".json")
 }
 
 func safeName(id string) bool {

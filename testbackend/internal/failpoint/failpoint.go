@@ -45,10 +45,16 @@ const (
 	// FileWritten: a file is written in the sandbox; the PUT has not
 	// answered.
 	FileWritten Point = "file.written"
+	// ExecRecorded: a command's Idempotency-Key is on disk; its process
+	// has not started.
+	ExecRecorded Point = "exec.recorded"
+	// ExecRan: a keyed command's process ended; its answer is neither on
+	// disk nor sent.
+	ExecRan Point = "exec.ran"
 	// DeleteRecorded: a deleted sandbox's record is gone from disk; its
 	// container is not removed yet and the DELETE has not answered.
 	DeleteRecorded Point = "delete.recorded"
 )
 
 // All is every point, for tests that visit each.
-var All = []Point{StoreSynced, CreateRecorded, ClaimRecorded, EgressApplied, StartContainer, StartRecorded, StartAnswered, PatchRecorded, FileWritten, DeleteRecorded}
+var All = []Point{StoreSynced, CreateRecorded, ClaimRecorded, EgressApplied, StartContainer, StartRecorded, StartAnswered, PatchRecorded, FileWritten, ExecRecorded, ExecRan, DeleteRecorded}
