@@ -180,6 +180,8 @@ type Backend struct {
 	mgr         *sandbox.Manager
 	rt          container.Runtime
 	docker      *docker.Runtime // rt in real mode; nil in test mode
+	stopSweep   context.CancelFunc
+	swept       chan struct{} // closed when the wiring sweeper is done
 	lease       *instance.Lease
 	egress      *egress.Controller
 	egressWhy   string // why there is no egress control
@@ -309,6 +311,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("container engine: %w", err)
 		}
 		b.rt, b.docker = d, d
+		sweepCtx, stop := context.WithCancel(context.Background())
+		b.stopSweep, b.swept = stop, make(chan struct{})
+		go func() {
+			defer close(b.swept)
+			d.KeepSwept(sweepCtx, docker.DefaultSweepEvery, cfg.Logger)
+		}()
 		if err := b.startLease(ctx, instance.ID(dataDir), dataDir, cfg.Ephemeral, cfg.Logger); err != nil {
 			b.closeRuntime()
 			return nil, err
@@ -513,6 +521,10 @@ func (b *Backend) Close() error {
 }
 
 func (b *Backend) closeRuntime() {
+	if b.stopSweep != nil {
+		b.stopSweep()
+		<-b.swept
+	}
 	b.closeEgress()
 	if b.rt != nil {
 		_ = b.rt.Close()

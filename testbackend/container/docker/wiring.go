@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -116,6 +117,39 @@ func removeHosts(id string) {
 		_ = os.Remove(filepath.Join(hostsDir, t))
 	}
 	_ = os.Remove(link)
+}
+
+// DefaultSweepEvery is how often a running backend sweeps the wiring of
+// containers that are gone (KeepSwept).
+const DefaultSweepEvery = 15 * time.Second
+
+// KeepSwept runs SweepNetworks every interval until ctx ends. A sweep at
+// start is not enough: a container whose removal the engine finishes after
+// the backend that asked for it died (killed right after a DELETE) is
+// still listed when the next backend starts, and its namespace and lease
+// would stay until some later start.
+func (d *Runtime) KeepSwept(ctx context.Context, every time.Duration, log *slog.Logger) {
+	if d.own == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, every)
+		n, err := d.SweepNetworks(sctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("sweeping the network wiring of containers that are gone", "err", err)
+		case n > 0:
+			log.Info("removed the network wiring of containers that are gone", "count", n)
+		}
+	}
 }
 
 // SweepNetworks removes the wiring left by containers that are gone (a
