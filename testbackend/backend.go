@@ -27,7 +27,9 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/hostnet"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/httpserver"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/operator"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/testmode"
@@ -44,9 +46,10 @@ type Token struct {
 // Config configures a backend. Zero values take the documented defaults.
 type Config struct {
 	Listen string // default 127.0.0.1:8080; "127.0.0.1:0" picks a free port
-	// DataDir is where records live; default DefaultDataDir(). Created
-	// 0700 when missing; an existing one must be the backend user's,
-	// writable by no one else, and not a symbolic link (checkDataDir).
+	// DataDir is where records live; default operator.DefaultDataDir().
+	// Created 0700 when missing; an existing one must be the backend
+	// user's, writable by no one else, and not a symbolic link
+	// (operator.CheckDataDir).
 	DataDir string
 	// TokensFile is JSON {"tokens":[...]}, ignored when Tokens is set:
 	// each token listed once, the file readable by the backend's user
@@ -140,19 +143,21 @@ type Config struct {
 	// to it); 0 for the product's 90 s. A test knob: lower it only to test
 	// idle timeouts quickly.
 	MinIdleTimeout time.Duration
-	// HTTP server limits (server.go). BodyReadTimeout bounds the reading
-	// of one request, headers and body, from its first byte: a body not
-	// in by then is answered 408 REQUEST_TIMEOUT and the connection
-	// closed, however slowly the client keeps sending. It ends once the
-	// body is read, so it never cuts a long poll or a long command. 0
-	// means DefaultBodyReadTimeout (60 s).
+	// HTTP server limits (package httpserver). BodyReadTimeout bounds
+	// the reading of one request, headers and body, from its first byte:
+	// a body not in by then is answered 408 REQUEST_TIMEOUT and the
+	// connection closed, however slowly the client keeps sending. It ends
+	// once the body is read, so it never cuts a long poll or a long
+	// command. 0 means httpserver.DefaultBodyReadTimeout (60 s).
 	BodyReadTimeout time.Duration
 	// ConnIdleTimeout closes a keep-alive connection that has sent no new
-	// request for that long; 0 means DefaultConnIdleTimeout (2 min).
+	// request for that long; 0 means httpserver.DefaultConnIdleTimeout
+	// (2 min).
 	ConnIdleTimeout time.Duration
 	// MaxConnsPerAddr bounds the open connections from one client IP
 	// address; past it a new connection is closed as soon as it is
-	// accepted. 0 means DefaultMaxConnsPerAddr (256), negative no bound.
+	// accepted. 0 means httpserver.DefaultMaxConnsPerAddr (256), negative
+	// no bound.
 	MaxConnsPerAddr int
 	Logger          *slog.Logger
 }
@@ -196,37 +201,15 @@ const TestModeDir = "testmode"
 // development token, inside the data directory.
 const DevTokenFile = "dev-token"
 
-// geteuid is os.Geteuid; tests stand in for another user with it.
-var geteuid = os.Geteuid
-
-// DefaultDataDir is the data directory when none is given: under the
-// user's cache directory ($XDG_CACHE_HOME, else $HOME/.cache); for root
-// without either, /var/lib/rarecloud/testbackend, beside what make setup
-// keeps in /var/lib/rarecloud; for anyone else without either, none (""):
-// New then refuses to start and asks for one. It is never a fixed path
-// under /tmp, where another local user could plant a dev token, records
-// or links before the backend starts.
-func DefaultDataDir() string {
-	if dir, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(dir, "rarecloud-testbackend")
-	}
-	if geteuid() == 0 {
-		return "/var/lib/rarecloud/testbackend"
-	}
-	return ""
-}
-
 // New starts a backend: it opens the store, connects to the engine,
 // reconciles, and starts serving. Close stops it.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:8080"
 	}
-	if cfg.DataDir == "" {
-		cfg.DataDir = DefaultDataDir()
-	}
-	if cfg.DataDir == "" {
-		return nil, errors.New("pass a data directory with --data (RARECLOUD_TESTBACKEND_DATA): neither HOME nor XDG_CACHE_HOME is set, so there is no cache directory to keep one in")
+	var err error
+	if cfg.DataDir, err = operator.ResolveDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = sandbox.ModeReal
@@ -247,19 +230,19 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.BodyReadTimeout <= 0 {
-		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+		cfg.BodyReadTimeout = httpserver.DefaultBodyReadTimeout
 	}
 	if cfg.ConnIdleTimeout <= 0 {
-		cfg.ConnIdleTimeout = DefaultConnIdleTimeout
+		cfg.ConnIdleTimeout = httpserver.DefaultConnIdleTimeout
 	}
 	if cfg.MaxConnsPerAddr == 0 {
-		cfg.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+		cfg.MaxConnsPerAddr = httpserver.DefaultMaxConnsPerAddr
 	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDataDir(dataDir); err != nil {
+	if err := operator.CheckDataDir(dataDir); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(filepath.Join(dataDir, "records"))
@@ -384,8 +367,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ValidateResponses {
 		handler = apispec.Validating(handler, cfg.Logger)
 	}
-	b.srv = newServer(handler, cfg.BodyReadTimeout, cfg.ConnIdleTimeout)
-	served := limitConns(ln, cfg.MaxConnsPerAddr, cfg.Logger)
+	b.srv = httpserver.New(handler, cfg.BodyReadTimeout, cfg.ConnIdleTimeout)
+	served := httpserver.LimitConns(ln, cfg.MaxConnsPerAddr, cfg.Logger)
 	go func() {
 		defer close(b.done)
 		if err := b.srv.Serve(served); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -407,15 +390,17 @@ func (b *Backend) addressPool() int {
 func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {
 	var tokens []Token
 	var accounts []Account
+	var file string // the tokens file they come from, if they do
 	var lines []int // of the tokens file's entries, when known
 	switch {
 	case len(cfg.Tokens) > 0:
 		tokens = cfg.Tokens
 	case cfg.TokensFile != "":
 		var err error
-		if tokens, accounts, lines, err = readTokensFile(cfg.TokensFile, cfg.AllowSharedTokensFile); err != nil {
+		if tokens, accounts, lines, err = operator.ReadTokensFile[Token, Account](cfg.TokensFile, cfg.AllowSharedTokensFile); err != nil {
 			return nil, nil, err
 		}
+		file = cfg.TokensFile
 	default:
 		tok, created, err := devToken(dataDir)
 		if err != nil {
@@ -425,24 +410,11 @@ func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account
 		tokens = []Token{{Token: tok, Account: "dev", Scopes: []string{api.ScopeRead, api.ScopeWrite}}}
 	}
 	out := make([]api.Token, 0, len(tokens))
-	seen := make(map[string]int, len(tokens))
-	for i, t := range tokens {
-		if t.Token == "" || t.Account == "" {
-			return nil, nil, fmt.Errorf("token %d: token and account are required", i)
-		}
-		if j, dup := seen[t.Token]; dup {
-			if cfg.TokensFile != "" && len(cfg.Tokens) == 0 {
-				return nil, nil, fmt.Errorf("tokens file %s: tokens[%d]%s repeats the token of tokens[%d]%s: give each token once (a token names one account)", cfg.TokensFile, i, atLine(lines, i), j, atLine(lines, j))
-			}
-			return nil, nil, fmt.Errorf("token %d repeats token %d: give each token once (a token names one account)", i, j)
-		}
-		seen[t.Token] = i
-		for _, sc := range t.Scopes {
-			if sc != api.ScopeRead && sc != api.ScopeWrite {
-				return nil, nil, fmt.Errorf("token %d: unknown scope %q (want %s or %s)", i, sc, api.ScopeRead, api.ScopeWrite)
-			}
-		}
+	for _, t := range tokens {
 		out = append(out, api.Token{Token: t.Token, Account: t.Account, Scopes: t.Scopes})
+	}
+	if err := operator.CheckTokens(out, file, lines); err != nil {
+		return nil, nil, err
 	}
 	return out, accounts, nil
 }

@@ -1,5 +1,9 @@
 package testbackend
 
+// Checks of the whole tree rather than of the composition root's code:
+// they live in the root package because its directory is the tree's top
+// (README.md, every package below it).
+
 import (
 	"io/fs"
 	"os"
@@ -85,6 +89,39 @@ func TestRuntimeSeamLinksNoEngine(t *testing.T) {
 				if dep == f || strings.HasPrefix(dep, f) && (strings.HasSuffix(f, "/") || strings.HasPrefix(dep, f+"/")) {
 					t.Errorf("%s links %s", pkg, dep)
 				}
+			}
+		}
+	}
+}
+
+// TestNoFixedPathUnderTmp: no script and no non-test Go file of the
+// backend names a fixed path under /tmp (a PID is no secret either):
+// another local user can create it first, as a link to a file of root's
+// that the script then writes through. Temporary files come from mktemp
+// (scripts) or os.MkdirTemp / t.TempDir (Go), under $TMPDIR.
+func TestNoFixedPathUnderTmp(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"../scripts/*.sh", "../GNUmakefile", "images/*.sh", "*/*.go", "*/*/*.go", "*.go"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 20 {
+		t.Fatalf("found only %d files to check: %v", len(files), files)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "/tmp/") && !strings.Contains(line, "mktemp") && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Errorf("%s:%d names a fixed path under /tmp: %s", f, i+1, strings.TrimSpace(line))
 			}
 		}
 	}

@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/httpserver"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
 )
 
-// The HTTP server's own limits (testbackend/server.go), over real TCP:
+// The HTTP server's own limits (package httpserver), over real TCP:
 // what a client that trickles, idles or opens too many connections gets,
 // and, as controls, that a long poll and a long command outlast the body
 // deadline. Every wait is for an event, bounded by eventBound, which says
@@ -165,7 +166,7 @@ func TestHeaderBytesBound(t *testing.T) {
 	if err := conn.SetDeadline(time.Now().Add(eventBound)); err != nil {
 		t.Fatal(err)
 	}
-	pad := strings.Repeat("a", 2*testbackend.MaxHeaderBytes)
+	pad := strings.Repeat("a", 2*httpserver.MaxHeaderBytes)
 	go io.WriteString(conn, "GET /v1/health HTTP/1.1\r\nHost: backend\r\nX-Pad: "+pad+"\r\n\r\n") //nolint:errcheck // the server may close before it is all sent
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/httpserver"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/operator"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -36,7 +38,7 @@ func run(args []string) error {
 	var logLevel string
 	var reap bool
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve the API on (under /v1)")
-	fs.StringVar(&cfg.DataDir, "data", testbackend.DefaultDataDir(), "directory for records; they survive a restart. Created 0700 if missing; else it must be this user's, writable by no one else, and not a symbolic link. Default under $XDG_CACHE_HOME or ~/.cache; without either, /var/lib/rarecloud/testbackend for root, else none (pass --data)")
+	fs.StringVar(&cfg.DataDir, "data", operator.DefaultDataDir(), "directory for records; they survive a restart. Created 0700 if missing; else it must be this user's, writable by no one else, and not a symbolic link. Default under $XDG_CACHE_HOME or ~/.cache; without either, /var/lib/rarecloud/testbackend for root, else none (pass --data)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", `JSON file {"tokens":[{"token","account","scopes"}]}, each token listed once, readable by this user alone (chmod 600); without it a development token is created in DATA/dev-token`)
 	fs.BoolVar(&cfg.AllowSharedTokensFile, "allow-shared-tokens-file", false, "accept a --tokens file that its group or others may read or write (refused without it)")
 	fs.StringVar(&cfg.Mode, "mode", "real", "real (containers under gVisor) or test (no containers, every answer says mocked)")
@@ -64,9 +66,9 @@ func run(args []string) error {
 	fs.IntVar(&cfg.StartSlots, "start-slots", sandbox.DefaultStartSlots, "container starts that run at once; the rest wait, in turns across accounts")
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.DurationVar(&cfg.MinIdleTimeout, "min-idle-timeout", sandbox.DefaultMinIdleTimeout, "least idleTimeoutMs (smaller values are raised to it); a test knob: the product's minimum is 90s")
-	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", testbackend.DefaultBodyReadTimeout, "how long reading one request, headers and body, may take from its first byte; a body not in by then is answered 408 REQUEST_TIMEOUT and the connection closed. It ends once the body is in, so long polls and long commands are not cut")
-	fs.DurationVar(&cfg.ConnIdleTimeout, "conn-idle-timeout", testbackend.DefaultConnIdleTimeout, "close a keep-alive connection that has sent no new request for this long")
-	fs.IntVar(&cfg.MaxConnsPerAddr, "max-conns-per-addr", testbackend.DefaultMaxConnsPerAddr, "open connections from one client IP address; past it a new connection is closed as soon as it is accepted, the earlier ones untouched (-1: no bound)")
+	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", httpserver.DefaultBodyReadTimeout, "how long reading one request, headers and body, may take from its first byte; a body not in by then is answered 408 REQUEST_TIMEOUT and the connection closed. It ends once the body is in, so long polls and long commands are not cut")
+	fs.DurationVar(&cfg.ConnIdleTimeout, "conn-idle-timeout", httpserver.DefaultConnIdleTimeout, "close a keep-alive connection that has sent no new request for this long")
+	fs.IntVar(&cfg.MaxConnsPerAddr, "max-conns-per-addr", httpserver.DefaultMaxConnsPerAddr, "open connections from one client IP address; past it a new connection is closed as soon as it is accepted, the earlier ones untouched (-1: no bound)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&reap, "reap", false, "remove the containers of backends that are gone for good (lease free, data directory deleted), then exit")
 	fs.Usage = func() {

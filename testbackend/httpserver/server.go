@@ -1,4 +1,10 @@
-package testbackend
+// Package httpserver is the backend's HTTP server and its bounds on
+// connections: how long reading a request may take, how long a kept-alive
+// connection may idle, how large headers may be, and how many
+// connections one client address may hold open. It imports nothing of
+// the backend's: the composition root serves the API's handler (package
+// api) through it.
+package httpserver
 
 import (
 	"log/slog"
@@ -8,8 +14,8 @@ import (
 	"time"
 )
 
-// Defaults of the HTTP server's limits (Config.BodyReadTimeout,
-// ConnIdleTimeout, MaxConnsPerAddr).
+// Defaults of the HTTP server's limits (the backend's
+// Config.BodyReadTimeout, ConnIdleTimeout, MaxConnsPerAddr).
 const (
 	// DefaultBodyReadTimeout bounds reading one request, headers and body.
 	// The largest body (api.MaxBodyBytes, 8 MiB) takes 60 s at about
@@ -33,7 +39,7 @@ const MaxHeaderBytes = 64 << 10
 // readHeaderTimeout bounds the headers alone (within the body deadline).
 const readHeaderTimeout = 10 * time.Second
 
-// newServer builds the HTTP server with its limits:
+// New builds the HTTP server with its limits:
 //
 //   - Reading a request, headers and body, is bounded by bodyRead from its
 //     first byte (http.Server.ReadTimeout): a client trickling its body is
@@ -48,7 +54,7 @@ const readHeaderTimeout = 10 * time.Second
 //     which are bounded per address.
 //   - A keep-alive connection without a new request is closed after idle.
 //   - Headers are at most MaxHeaderBytes.
-func newServer(h http.Handler, bodyRead, idle time.Duration) *http.Server {
+func New(h http.Handler, bodyRead, idle time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: min(readHeaderTimeout, bodyRead),
@@ -74,7 +80,9 @@ type limitListener struct {
 	lastWarn time.Time // of the last refusal logged
 }
 
-func limitConns(ln net.Listener, bound int, log *slog.Logger) net.Listener {
+// LimitConns bounds ln's open connections per client IP address to
+// bound (limitListener); a negative bound is none, and ln is returned.
+func LimitConns(ln net.Listener, bound int, log *slog.Logger) net.Listener {
 	if bound < 0 {
 		return ln
 	}
