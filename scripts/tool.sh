@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tool.sh NAME ARGS...: runs a pinned Go tool, installing it from the Go
-# module proxy into $(go env GOPATH)/bin first when it is missing or at
-# another version (like scripts/lint.sh does for golangci-lint). The
+# module proxy first when it is missing or at another version, where go
+# install puts it (GOBIN, else the first GOPATH entry's bin) (like scripts/lint.sh does for golangci-lint). The
 # version is read from the binary's build information, so a tool of the
 # same name installed any other way is replaced, not trusted.
 #
@@ -21,12 +21,17 @@ actionlint) module=github.com/rhysd/actionlint pkg=github.com/rhysd/actionlint/c
 	;;
 esac
 
-bin=$(go env GOPATH)/bin/$name
+gobin=$(go env GOBIN)
+if [ -z "$gobin" ]; then
+	gopath=$(go env GOPATH)
+	gobin=${gopath%%:*}/bin
+fi
+bin=$gobin/$name
 # Read whole, then matched: under pipefail, grep -q stopping at the match
 # could fail the check with go's SIGPIPE and reinstall the tool.
 info=$(go version -m "$bin" 2>/dev/null || true)
 if ! grep -qP "^\tmod\t\Q$module\E\t\Q$version\E\t" <<<"$info"; then
 	echo "$name: installing $pkg@$version" >&2
-	GOFLAGS=-buildvcs=false go install "$pkg@$version"
+	GOBIN=$gobin GOFLAGS=-buildvcs=false go install "$pkg@$version"
 fi
 exec "$bin" "$@"
