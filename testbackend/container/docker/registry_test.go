@@ -1,12 +1,17 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,13 +42,13 @@ func TestBlockedAddr(t *testing.T) {
 // reg, with the images it pulled removed when the test ends.
 func pullRuntime(t *testing.T, reg *registrytest.Registry, opts Options) *Runtime {
 	t.Helper()
-	opts.AllowRegistries = []string{reg.Host}
+	opts.AllowRegistries = append([]string{reg.Host}, opts.AllowRegistries...)
 	d := requireEngine(t, opts)
 	t.Cleanup(func() {
 		d.imgMu.Lock()
 		var refs []string
 		for _, p := range d.pulled {
-			refs = append(refs, p.ref, p.pinned)
+			refs = append(refs, p.ref)
 		}
 		d.imgMu.Unlock()
 		d.removeRefs(refs...)
@@ -68,8 +73,8 @@ func refusedRule(err error) string {
 }
 
 // Ten concurrent ensures of one image that is not on the engine share one
-// pull: the registry sees one manifest fetch by tag (the backend's) and
-// one fetch of the config blob (the engine's pull).
+// pull: the registry sees one manifest fetch by tag and one fetch of the
+// config blob (both the backend's download; the engine fetches nothing).
 func TestPullSharedByConcurrentCreates(t *testing.T) {
 	reg := registrytest.Start(t, registrytest.Options{})
 	img := registrytest.RandomImage(t, 256<<10, 1)
@@ -137,7 +142,7 @@ func TestPullRefusesTooLargeImage(t *testing.T) {
 		t.Fatalf("ensure over the compressed limit: %v, want %s", err, container.RuleTooLarge)
 	}
 	if got := reg.BlobGETs("team/big", cfg); got != pulls || present(t, d, ref) {
-		t.Fatalf("the engine pulled an image over the compressed limit (%d config GETs, was %d)", got, pulls)
+		t.Fatalf("an image over the compressed limit was downloaded (%d config GETs, was %d)", got, pulls)
 	}
 }
 
@@ -207,7 +212,7 @@ func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
 		d.imgMu.Lock()
 		p := *d.pulled[ref]
 		d.imgMu.Unlock()
-		d.removeRefs(p.ref, p.pinned)
+		d.removeRefs(p.ref)
 		if present(t, d, ref) {
 			t.Fatalf("%s still there after its removal", ref)
 		}
@@ -270,7 +275,6 @@ func TestBlockedAddrOwn(t *testing.T) {
 // What the engine or a registry says about credentials is the private
 // answer; anything else the generic one; neither carries that text.
 func TestRegistryErrSanitized(t *testing.T) {
-	d := &Runtime{}
 	const ref = "registry.example/team/py:1"
 	for text, rule := range map[string]string{
 		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  container.RulePrivate,
@@ -280,7 +284,7 @@ func TestRegistryErrSanitized(t *testing.T) {
 		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          container.RulePull,
 		`error pulling sha256:4019401abc: unexpected EOF`:                                                 container.RulePull,
 	} {
-		err := d.registryErr(ref, errors.New(text))
+		err := sanitizedErr(ref, errors.New(text))
 		if refusedRule(err) != rule || !strings.Contains(err.Error(), ref) {
 			t.Errorf("%q: %v, want a %s refusal naming the image", text, err, rule)
 		}
@@ -289,5 +293,137 @@ func TestRegistryErrSanitized(t *testing.T) {
 				t.Errorf("%q: the answer %q carries %q", text, err, leak)
 			}
 		}
+	}
+}
+
+// A registry that hands blob downloads (307) to another host, as
+// registries do with CDNs: the download connects there only when that
+// host:port is itself allowed. Here the registry (127.0.0.1:PORT) is
+// allowed and the mirror it redirects to (127.0.0.1:OTHER, a loopback
+// address) is not: the ensure is refused with the backend's own words,
+// the mirror accepted no connection, and nothing is on the engine. With
+// the mirror allowed too, the pull goes through it.
+func TestPullRefusesRedirectToBlockedAddress(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "team/cdn:1", registrytest.RandomImage(t, 64<<10, 1))
+	mirror := reg.RedirectBlobs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	d := pullRuntime(t, reg, Options{})
+	err := d.EnsureImage(ctx, ref)
+	if rule := refusedRule(err); rule != container.RuleRegistry && rule != container.RulePull || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("ensure of an image whose blobs redirect to a blocked address: %v, want a %s or %s refusal naming the image", err, container.RuleRegistry, container.RulePull)
+	}
+	_, mirrorPort, _ := strings.Cut(mirror.Host, ":")
+	for _, leak := range []string{mirrorPort, "http://", "307", "Temporary Redirect", "Location"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("the refusal %q carries %q", err, leak)
+		}
+	}
+	if n := mirror.Conns(); n != 0 {
+		t.Fatalf("the redirect target on a blocked address accepted %d connections", n)
+	}
+	if present(t, d, ref) {
+		t.Fatalf("%s is on the engine after a refused pull", ref)
+	}
+
+	allowed := pullRuntime(t, reg, Options{AllowRegistries: []string{mirror.Host}})
+	if err := allowed.EnsureImage(ctx, ref); err != nil {
+		t.Fatalf("ensure with the redirect target allowed too: %v", err)
+	}
+	if mirror.BlobGETs() == 0 || !present(t, allowed, ref) {
+		t.Fatalf("with the redirect target allowed: %d blob GETs at it, present %v; want the pull through it", mirror.BlobGETs(), present(t, allowed, ref))
+	}
+}
+
+// Without an engine: an allowed registry is exempt for its own host:port
+// only, and a dial anywhere else to a blocked address is refused before
+// any connection is made, recorded as the download's refusal.
+func TestPullDialerPolicy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p, err := newRegistryPolicy([]string{ln.Addr().String(), "Registry.Example", "[::1]:5000"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		host, port string
+		want       bool
+	}{
+		{"127.0.0.1", strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:"), true},
+		{"127.0.0.1", strings.TrimPrefix(other.Addr().String(), "127.0.0.1:"), false},
+		{"registry.example", "443", true},
+		{"REGISTRY.example", "80", true},
+		{"registry.example", "5000", false},
+		{"cdn.registry.example", "443", false},
+		{"::1", "5000", true},
+		{"::1", "5001", false},
+	} {
+		if got := p.allowedAddr(c.host, c.port); got != c.want {
+			t.Errorf("allowedAddr(%s, %s) = %v, want %v", c.host, c.port, got, c.want)
+		}
+	}
+	ctx := context.Background()
+	pd := &pullDialer{policy: p}
+	conn, err := pd.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial of the allowed registry: %v", err)
+	}
+	conn.Close()
+	if _, err := pd.DialContext(ctx, "tcp", other.Addr().String()); !errors.Is(err, errBlockedDial) {
+		t.Fatalf("dial of another loopback port: %v, want the policy's refusal", err)
+	}
+	if r := pd.refusal(); r == nil || r.why != "a loopback" {
+		t.Fatalf("the refusal recorded is %+v, want a loopback one", r)
+	}
+	// The checking dialer itself refuses on the socket, whatever the name.
+	before := accepted.Load()
+	if _, err := checkingDialer().DialContext(ctx, "tcp", ln.Addr().String()); !errors.Is(err, errBlockedDial) {
+		t.Fatalf("checking dialer to loopback: %v, want the policy's refusal", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if accepted.Load() != before {
+		t.Fatal("the checking dialer connected to a blocked address")
+	}
+}
+
+// Without an engine: a download that reads past its limit stops with
+// errDownloadTooLarge, whatever the answer declared.
+func TestDownloadByteCounter(t *testing.T) {
+	count := &byteCounter{}
+	count.limit.Store(64 << 10)
+	c := &http.Client{Transport: &countingTransport{rt: http.DefaultTransport, count: count}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 1<<20))
+	}))
+	defer srv.Close()
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !errors.Is(err, errDownloadTooLarge) || n > 64<<10+32<<10 {
+		t.Fatalf("read %d bytes, then %v; want errDownloadTooLarge soon after 64 KiB", n, err)
 	}
 }
