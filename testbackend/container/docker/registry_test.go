@@ -16,6 +16,7 @@ import (
 	"time"
 
 	dockercontainer "github.com/docker/docker/api/types/container"
+	"github.com/miekg/dns"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
@@ -334,6 +335,81 @@ func TestPullRefusesRedirectToBlockedAddress(t *testing.T) {
 	}
 	if mirror.BlobGETs() == 0 || !present(t, allowed, ref) {
 		t.Fatalf("with the redirect target allowed: %d blob GETs at it, present %v; want the pull through it", mirror.BlobGETs(), present(t, allowed, ref))
+	}
+}
+
+// rebindingResolver is a resolver whose only server, on loopback and
+// owned by the test, answers name's first A query with first and every
+// later one with then (AAAA: no address; other names: NXDOMAIN).
+func rebindingResolver(t *testing.T, qname string, first, then netip.Addr) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aQueries atomic.Int64
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		switch {
+		case !strings.EqualFold(q.Name, dns.Fqdn(qname)):
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			a := then
+			if aQueries.Add(1) == 1 {
+				a = first
+			}
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: a.AsSlice()})
+		}
+		_ = w.WriteMsg(m)
+	})
+	srv := &dns.Server{PacketConn: pc, Handler: handler}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
+	}}
+}
+
+// A registry name that resolves to a public address when the policy
+// checks it and to loopback when the download connects (DNS rebinding) is
+// refused at connect time: the registry on loopback accepts no
+// connection. The control: the same name allowed, resolving to loopback
+// both times, is pulled from that registry.
+func TestPullRefusesRebindingName(t *testing.T) {
+	const host = "rebind.rarecloud.test"
+	reg := registrytest.Start(t, registrytest.Options{})
+	_, port, _ := strings.Cut(reg.Host, ":")
+	reg.Push(t, "team/rebind:1", registrytest.RandomImage(t, 64<<10, 1))
+	ref := host + ":" + port + "/team/rebind:1"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	loopback := netip.MustParseAddr("127.0.0.1")
+
+	d := requireEngine(t, Options{})
+	d.registries.resolver = rebindingResolver(t, host, netip.MustParseAddr("1.2.3.4"), loopback)
+	conns := reg.Conns()
+	err := d.EnsureImage(ctx, ref)
+	if got := reg.Conns() - conns; got != 0 {
+		t.Fatalf("the registry on loopback accepted %d connections from a download the policy should have refused (ensure: %v)", got, err)
+	}
+	// The download's refusal, not the check's: the check saw 1.2.3.4.
+	if refusedRule(err) != container.RuleRegistry || !strings.Contains(err.Error(), ref) || !strings.Contains(err.Error(), "downloading image") || !strings.Contains(err.Error(), "a loopback address") {
+		t.Fatalf("ensure of a name that rebinds to loopback: %v, want the download's %s refusal naming the image and the rule", err, container.RuleRegistry)
+	}
+
+	allowed := pullRuntime(t, reg, Options{AllowRegistries: []string{host + ":" + port}})
+	allowed.registries.resolver = rebindingResolver(t, host, loopback, loopback)
+	if err := allowed.EnsureImage(ctx, ref); err != nil {
+		t.Fatalf("ensure of the allowed name resolving to the registry: %v", err)
+	}
+	if reg.ManifestGETs("team/rebind") == 0 || !present(t, allowed, ref) {
+		t.Fatalf("the allowed name was not pulled from the registry (%d manifest GETs)", reg.ManifestGETs("team/rebind"))
 	}
 }
 
