@@ -40,7 +40,8 @@ func TestBlockedAddr(t *testing.T) {
 }
 
 // pullRuntime is a runtime on the test engine whose pulls are allowed from
-// reg, with the images it pulled removed when the test ends.
+// reg (and opts.AllowRegistries), with the images it pulled removed when
+// the test ends.
 func pullRuntime(t *testing.T, reg *registrytest.Registry, opts Options) *Runtime {
 	t.Helper()
 	opts.AllowRegistries = append([]string{reg.Host}, opts.AllowRegistries...)
