@@ -124,7 +124,7 @@ func shared0Host(t *testing.T) string {
 
 // Ten creates at once of one image that is not on the engine cause one
 // pull, counted at the registry: one manifest fetch by tag and one fetch
-// of the image's config blob.
+// of the image's config blob (the backend downloads; the engine loads).
 func TestConcurrentCreatesSharePull(t *testing.T) {
 	t.Parallel()
 	reg := registrytest.Start(t, registrytest.Options{})

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +44,12 @@ type Request struct {
 type Registry struct {
 	Host     string // 127.0.0.1:PORT, as image references name it
 	user, pw string
+	inner    http.Handler
+	conns    atomic.Int64
 
-	mu   sync.Mutex
-	reqs []Request
+	mu       sync.Mutex
+	reqs     []Request
+	redirect string // base URL blob GETs are sent to (307), or ""
 }
 
 // Options configure Start. With User set, every request needs basic auth.
@@ -64,7 +69,8 @@ func Start(t testing.TB, opts Options) *Registry {
 func Serve(opts Options) (r *Registry, stop func()) {
 	r = &Registry{user: opts.User, pw: opts.Password}
 	inner := registry.New(registry.Logger(nopLogger()))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.inner = inner
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
 		if r.user != "" {
 			u, p, ok := req.BasicAuth()
@@ -76,11 +82,77 @@ func Serve(opts Options) (r *Registry, stop func()) {
 				return
 			}
 		}
+		if to := r.redirectTo(); to != "" && req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
+			http.Redirect(rec, req, to+req.URL.Path, http.StatusTemporaryRedirect)
+			r.record(req, rec.status)
+			return
+		}
 		inner.ServeHTTP(rec, req)
 		r.record(req, rec.status)
 	}))
+	srv.Listener = &countingListener{Listener: srv.Listener, n: &r.conns}
+	srv.Start()
 	r.Host = strings.TrimPrefix(srv.URL, "http://")
 	return r, srv.Close
+}
+
+// Conns is how many connections the registry's listener accepted.
+func (r *Registry) Conns() int64 { return r.conns.Load() }
+
+func (r *Registry) redirectTo() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.redirect
+}
+
+// Mirror is a second listener on 127.0.0.1 that serves a registry's
+// blobs, as the CDN a registry redirects blob downloads to does, and
+// counts the connections it accepts and the blob GETs it answers.
+type Mirror struct {
+	Host  string // 127.0.0.1:PORT
+	conns atomic.Int64
+	blobs atomic.Int64
+}
+
+// Conns is how many connections the mirror's listener accepted.
+func (m *Mirror) Conns() int64 { return m.conns.Load() }
+
+// BlobGETs is how many blob GETs the mirror answered.
+func (m *Mirror) BlobGETs() int64 { return m.blobs.Load() }
+
+// RedirectBlobs starts a Mirror until the test ends and from then on
+// answers every blob GET with a 307 to the same path on it.
+func (r *Registry) RedirectBlobs(t testing.TB) *Mirror {
+	t.Helper()
+	m := &Mirror{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
+			m.blobs.Add(1)
+		}
+		r.inner.ServeHTTP(w, req)
+	}))
+	srv.Listener = &countingListener{Listener: srv.Listener, n: &m.conns}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	m.Host = strings.TrimPrefix(srv.URL, "http://")
+	r.mu.Lock()
+	r.redirect = srv.URL
+	r.mu.Unlock()
+	return m
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 func (r *Registry) record(req *http.Request, status int) {

@@ -45,7 +45,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine address (default $DOCKER_HOST, else the engine make setup started)")
 	fs.StringVar(&cfg.Runtime, "runtime", "runsc", "OCI runtime for sandboxes")
 	fs.StringVar(&cfg.Pull, "pull", "missing", "image pull policy: missing or never")
-	fs.Var(registryList{&cfg.AllowRegistries}, "allow-registry", "registry (host[:port], exactly as image references name it) to pull custom images from whatever its address; repeatable or comma-separated, also RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES. Any other registry must resolve to public addresses only (testbackend/IMAGES.md)")
+	fs.Var(registryList{&cfg.AllowRegistries}, "allow-registry", "registry (host[:port], exactly as image references name it) to pull custom images from whatever its address (that host:port only, not a host it redirects to); repeatable or comma-separated, also RARECLOUD_TESTBACKEND_ALLOW_REGISTRIES. Any other registry must resolve to public addresses only (testbackend/IMAGES.md)")
 	fs.DurationVar(&cfg.PullTimeout, "pull-timeout", container.DefaultPullTimeout, "how long one image pull, and a create waiting for it, may take")
 	fs.Int64Var(&cfg.MaxImageBytes, "max-image-bytes", docker.DefaultMaxImageBytes, "largest custom image, unpacked, in bytes; a larger one is removed and refused (422 IMAGE_TOO_LARGE)")
 	fs.Int64Var(&cfg.MaxDownloadBytes, "max-image-download-bytes", docker.DefaultMaxDownloadBytes, "largest custom image, compressed as its manifest declares it, in bytes; refused before the pull")

@@ -6,20 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	digest "github.com/opencontainers/go-digest"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
@@ -102,140 +103,290 @@ func (d *Runtime) sharedPull(ctx context.Context, ref string) error {
 	}
 }
 
-// pullImage checks ref's registry, fetches its manifest to check the
-// declared size, has the engine pull the digest it saw, tags it as ref and
-// checks the unpacked size.
+// pullImage checks ref's registry, downloads the image itself (see
+// download: the engine never connects to a registry), streams it into the
+// engine, tags it as ref and checks the unpacked size.
 func (d *Runtime) pullImage(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.pullTimeout)
 	defer cancel()
 	if err := d.registries.check(ctx, ref); err != nil {
 		return err
 	}
-	pinned, err := d.checkManifest(ctx, ref)
+	dl, err := d.newDownload(ref)
 	if err != nil {
 		return err
 	}
-	if err := d.enginePull(ctx, ref, pinned); err != nil {
+	defer dl.close()
+	img, err := d.fetchManifest(ctx, dl)
+	if err != nil {
 		return err
 	}
-	if err := d.cli.ImageTag(ctx, pinned, ref); err != nil {
+	id, err := d.loadImage(ctx, dl, img)
+	if err != nil {
+		return err
+	}
+	if err := d.cli.ImageTag(ctx, id, ref); err != nil {
+		d.removeUntagged(id)
 		if isEngineDown(err) {
 			return d.engineErr("tag image "+ref, err)
 		}
 		return pullFailed(ref)
 	}
-	img, err := d.cli.ImageInspect(ctx, ref)
+	inspected, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if isEngineDown(err) {
 			return d.engineErr("inspect image "+ref, err)
 		}
 		return pullFailed(ref)
 	}
-	if img.Size > d.maxImageBytes {
-		d.removeRefs(ref, pinned)
+	if inspected.Size > d.maxImageBytes {
+		d.removeRefs(ref)
 		return &container.ImageRefusedError{Image: ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
-			"use a smaller image: image %q unpacks to %d bytes, over the backend's limit of %d", ref, img.Size, d.maxImageBytes)}
+			"use a smaller image: image %q unpacks to %d bytes, over the backend's limit of %d", ref, inspected.Size, d.maxImageBytes)}
 	}
-	d.pulledImage(ref, pinned, img)
+	d.pulledImage(ref, inspected)
 	d.collectImages(ctx, ref)
 	return nil
 }
 
-// checkManifest fetches ref's manifest (for this engine's platform) from
-// its registry itself, through a dialer that refuses blocked addresses
-// unless the operator allowed the registry, refuses an image whose
-// declared compressed size is over the limit, and returns the digest
-// reference the engine is to pull: what was checked is what is pulled.
-func (d *Runtime) checkManifest(ctx context.Context, ref string) (string, error) {
+// download is one pull's way to the registry. Every connection it makes,
+// to the registry and to each host a redirect names (registries hand blob
+// downloads to CDNs that way), goes through pullDialer, which applies the
+// registry policy to the address actually dialed; no proxy is used. Every
+// byte it reads is counted, and reading stops past the limit.
+type download struct {
+	ref    string
+	r      name.Reference
+	dialer *pullDialer
+	tr     *http.Transport
+	count  *byteCounter
+}
+
+// downloadAllowance is what a download may read beyond the sizes its
+// manifest declares (config plus layers): token answers and the like.
+const downloadAllowance = 1 << 20
+
+func (d *Runtime) newDownload(ref string) (*download, error) {
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
-		return "", pullFailed(ref)
+		return nil, pullFailed(ref)
 	}
-	r, err := name.ParseReference(reference.TagNameOnly(named).String())
-	if err != nil {
-		return "", pullFailed(ref)
-	}
-	dialer := registryDialer()
+	// An allowed registry may speak plain HTTP (go-containerregistry tries
+	// HTTPS first); any other only HTTPS, as the engine pulled before (it
+	// spoke HTTP to 127.0.0.0/8 alone, which is never an unallowed
+	// registry's address).
+	var nopts []name.Option
 	if d.registries.allowed(strings.ToLower(reference.Domain(named))) {
-		dialer = &net.Dialer{Timeout: 10 * time.Second}
+		nopts = append(nopts, name.Insecure)
 	}
+	r, err := name.ParseReference(reference.TagNameOnly(named).String(), nopts...)
+	if err != nil {
+		return nil, pullFailed(ref)
+	}
+	dialer := &pullDialer{policy: d.registries}
 	tr := &http.Transport{
 		DialContext:           dialer.DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 30 * time.Second,
-		MaxIdleConns:          1,
-		DisableKeepAlives:     true,
+		DisableCompression:    true, // count the bytes as sent, and unpack nothing
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       30 * time.Second,
 	}
-	defer tr.CloseIdleConnections()
+	count := &byteCounter{}
+	count.limit.Store(d.maxDownloadBytes + downloadAllowance)
+	return &download{ref: ref, r: r, dialer: dialer, tr: tr, count: count}, nil
+}
+
+func (dl *download) close() { dl.tr.CloseIdleConnections() }
+
+func (dl *download) options(ctx context.Context, osys, arch string) []remote.Option {
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(&countingTransport{rt: dl.tr, count: dl.count}),
+		remote.WithUserAgent("rarecloud-testbackend"), remote.WithPlatform(v1.Platform{OS: osys, Architecture: arch})}
+}
+
+// fetchManifest fetches ref's manifest for this engine's platform and
+// refuses an image whose declared compressed size is over the limit,
+// before any blob is read. From then on the download may read no more
+// than what it has read so far plus the declared sizes.
+func (d *Runtime) fetchManifest(ctx context.Context, dl *download) (v1.Image, error) {
 	osys, arch, err := d.enginePlatform(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(tr), remote.WithUserAgent("rarecloud-testbackend"),
-		remote.WithPlatform(v1.Platform{OS: osys, Architecture: arch})}
-	desc, err := remote.Get(r, opts...)
+	desc, err := remote.Get(dl.r, dl.options(ctx, osys, arch)...)
 	if err != nil {
-		return "", d.registryErr(ref, err)
+		return nil, d.registryErr(dl, err)
 	}
 	img, err := desc.Image()
 	if err != nil {
-		return "", d.registryErr(ref, err)
+		return nil, d.registryErr(dl, err)
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return "", d.registryErr(ref, err)
+		return nil, d.registryErr(dl, err)
+	}
+	if m.Config.Size < 0 {
+		return nil, pullFailed(dl.ref)
 	}
 	total := m.Config.Size
 	for _, l := range m.Layers {
 		if l.Size < 0 {
-			return "", pullFailed(ref)
+			return nil, pullFailed(dl.ref)
 		}
 		total += l.Size
 	}
 	if total > d.maxDownloadBytes {
-		return "", &container.ImageRefusedError{Image: ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
-			"use a smaller image: image %q declares %d compressed bytes, over the backend's limit of %d", ref, total, d.maxDownloadBytes)}
+		return nil, &container.ImageRefusedError{Image: dl.ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
+			"use a smaller image: image %q declares %d compressed bytes, over the backend's limit of %d", dl.ref, total, d.maxDownloadBytes)}
 	}
-	dref, err := reference.WithDigest(reference.TrimNamed(named), digest.Digest(desc.Digest.String()))
-	if err != nil {
-		return "", pullFailed(ref)
-	}
-	return dref.String(), nil
+	dl.count.limit.Store(dl.count.n.Load() + total + downloadAllowance)
+	return img, nil
 }
 
-// enginePull has the engine pull pinned; its errors never reach the client.
-func (d *Runtime) enginePull(ctx context.Context, ref, pinned string) error {
-	rc, err := d.cli.ImagePull(ctx, pinned, image.PullOptions{})
+// loadImage streams img into the engine as a docker-archive (written as
+// it downloads, through a pipe) and returns the id of the image loaded.
+// The archive names no tag: the caller tags the image as the reference
+// asked for. A failure is the backend's own answer: the download's when
+// the download failed, else the engine's, never what either said.
+func (d *Runtime) loadImage(ctx context.Context, dl *download, img v1.Image) (string, error) {
+	id, err := img.ConfigName()
 	if err != nil {
-		if isEngineDown(err) {
-			return d.engineErr("pull "+ref, err)
-		}
-		return d.registryErr(ref, err)
+		return "", d.registryErr(dl, err)
 	}
-	defer rc.Close()
-	dec := json.NewDecoder(rc)
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		err := tarball.Write(dl.r.Context().Digest(id.String()), img, pw)
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	loaded, loadErr := d.engineLoad(ctx, pr)
+	pr.CloseWithError(errLoadEnded) // a writer still writing stops
+	writeErr := <-written
+	if writeErr != nil && !errors.Is(writeErr, errLoadEnded) {
+		if loaded != "" {
+			d.removeUntagged(loaded)
+		}
+		return "", d.registryErr(dl, writeErr)
+	}
+	if loadErr != nil {
+		if isEngineDown(loadErr) {
+			return "", d.engineErr("load image "+dl.ref, loadErr)
+		}
+		return "", pullFailed(dl.ref)
+	}
+	if loaded == "" {
+		loaded = id.String()
+	}
+	return loaded, nil
+}
+
+// errLoadEnded stops the archive's writer once the engine stopped reading.
+var errLoadEnded = errors.New("the engine's load ended")
+
+// engineLoad has the engine load the archive r and returns the image id
+// it reports; its errors never reach the client.
+func (d *Runtime) engineLoad(ctx context.Context, r io.Reader) (string, error) {
+	resp, err := d.cli.ImageLoad(ctx, r, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if !resp.JSON {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return "", err
+	}
+	var id string
+	dec := json.NewDecoder(resp.Body)
 	for {
 		var msg jsonmessage.JSONMessage
 		if err := dec.Decode(&msg); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return id, nil
 			}
-			return pullFailed(ref)
+			return "", err
 		}
 		if msg.Error != nil {
-			return d.registryErr(ref, errors.New(msg.Error.Message))
+			return "", errors.New(msg.Error.Message)
+		}
+		if s, ok := strings.CutPrefix(strings.TrimSpace(msg.Stream), "Loaded image ID: "); ok {
+			id = s
 		}
 	}
 }
 
-// registryErr is the client's answer to a failed fetch or pull: the
-// private-image answer when the registry wants credentials, else a
-// generic one. What the registry or the engine said is not in it.
-func (d *Runtime) registryErr(ref string, err error) error {
-	if errors.Is(err, errBlockedDial) {
-		domain, _, _ := registryOf(ref)
-		return registryRefused(ref, domain, "a blocked")
+// removeUntagged removes image id when no tag names it: a load whose
+// tagging failed leaves nothing behind, and an image that was already on
+// the engine under a tag of its own stays.
+func (d *Runtime) removeUntagged(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	img, err := d.cli.ImageInspect(ctx, id)
+	if err != nil || len(img.RepoTags) > 0 {
+		return
 	}
+	_, _ = d.cli.ImageRemove(ctx, id, image.RemoveOptions{PruneChildren: true})
+}
+
+// errDownloadTooLarge ends a download that read more than it may.
+var errDownloadTooLarge = errors.New("the download read more than its limit")
+
+// byteCounter counts what one download read, against a limit.
+type byteCounter struct {
+	n, limit atomic.Int64
+}
+
+// countingTransport counts the bytes of every answer's body.
+type countingTransport struct {
+	rt    http.RoundTripper
+	count *byteCounter
+}
+
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &countedBody{ReadCloser: resp.Body, count: t.count}
+	return resp, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	count *byteCounter
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.count.n.Add(int64(n)) > b.count.limit.Load() {
+		return n, errDownloadTooLarge
+	}
+	return n, err
+}
+
+// registryErr is the client's answer to a failed download: the
+// registry refusal when the policy refused a connection the download
+// tried (the registry's, or a redirect's), the too-large one when it read
+// past its limit, the private-image answer when the registry wants
+// credentials, else a generic one. What the registry said is not in it.
+func (d *Runtime) registryErr(dl *download, err error) error {
+	if bd := dl.dialer.refusal(); bd != nil || errors.Is(err, errBlockedDial) {
+		why := "a blocked"
+		if bd != nil {
+			why = bd.why
+		}
+		return downloadRefused(dl.ref, why)
+	}
+	if errors.Is(err, errDownloadTooLarge) {
+		return &container.ImageRefusedError{Image: dl.ref, Rule: container.RuleTooLarge, Msg: fmt.Sprintf(
+			"use a smaller image: image %q sent more than its declared size (at most %d compressed bytes)", dl.ref, d.maxDownloadBytes)}
+	}
+	return sanitizedErr(dl.ref, err)
+}
+
+// sanitizedErr is the private-image answer when err says the registry
+// wants credentials, else the generic one.
+func sanitizedErr(ref string, err error) error {
 	if needsAuth(err) {
 		return &container.ImageRefusedError{Image: ref, Rule: container.RulePrivate, Msg: fmt.Sprintf(
 			"use a public image: image %q needs registry credentials. %s", ref, privateImageMsg)}

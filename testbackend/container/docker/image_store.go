@@ -29,11 +29,11 @@ const imageHold = 10 * time.Minute
 
 // pulled is one image this runtime pulled.
 type pulled struct {
-	ref, pinned string // the reference asked for, the digest reference pulled
-	id          string
-	size        int64
-	lastUsed    time.Time
-	heldUntil   time.Time
+	ref       string // the reference asked for, the image's only tag this runtime made
+	id        string
+	size      int64
+	lastUsed  time.Time
+	heldUntil time.Time
 }
 
 // touchImage marks ref used now, and held for a start.
@@ -56,11 +56,11 @@ func (d *Runtime) startedFrom(ref string) {
 	}
 }
 
-func (d *Runtime) pulledImage(ref, pinned string, img image.InspectResponse) {
+func (d *Runtime) pulledImage(ref string, img image.InspectResponse) {
 	d.imgMu.Lock()
 	defer d.imgMu.Unlock()
 	now := time.Now()
-	d.pulled[ref] = &pulled{ref: ref, pinned: pinned, id: img.ID, size: img.Size, lastUsed: now, heldUntil: now.Add(d.imageHold)}
+	d.pulled[ref] = &pulled{ref: ref, id: img.ID, size: img.Size, lastUsed: now, heldUntil: now.Add(d.imageHold)}
 }
 
 // removeRefs untags refs; the engine deletes the image with its last tag.
@@ -125,7 +125,7 @@ func (d *Runtime) collectImages(ctx context.Context, keep string) {
 		if p.ref == keep || used[p.id] || now.Before(p.heldUntil) {
 			continue
 		}
-		d.removeRefs(p.ref, p.pinned)
+		d.removeRefs(p.ref)
 		d.forgetPulled(p.ref, p.id)
 		if _, err := d.cli.ImageInspect(ctx, p.id); err != nil && counted[p.id] {
 			total -= p.size

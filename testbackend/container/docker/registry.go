@@ -1,21 +1,24 @@
 package docker
 
-// Where an image may be pulled from. The engine pulls from the host's
-// network namespace, outside every rule that holds sandboxes, so a
-// registry a customer names is an address the host connects to. By
-// default the backend pulls only from registries whose every address is a
-// public one; an operator allows named registries (exact host[:port], as
-// the image reference spells it) with --allow-registry. IMAGES.md says the
-// same for users.
+// Where an image may be pulled from. A registry a customer names is an
+// address the host connects to, outside every rule that holds sandboxes.
+// By default the backend pulls only from registries whose every address
+// is a public one; an operator allows named registries (exact
+// host[:port], as the image reference spells it) with --allow-registry.
+// IMAGES.md says the same for users.
 //
 // A name is resolved by the backend (net.DefaultResolver, bounded by
 // LookupTimeout) and refused when any address it resolves to is blocked.
-// The engine resolves again when it pulls: a name that rebinds between the
-// two can still reach a blocked address (the residual risk IMAGES.md
-// names). The backend narrows that window: its own manifest fetch, made
-// just before the engine's pull, dials through registryDialer, which
-// refuses blocked addresses at connect time, and the engine then pulls the
-// digest that fetch saw.
+// The engine never connects to a registry: the backend downloads the
+// image itself (docker_images.go) and every connection of that download,
+// to the registry and to each host a redirect names, goes through
+// pullDialer, which resolves the name again, refuses it when any address
+// is blocked, and dials only the addresses it checked (the dialer's
+// Control checks each once more on the socket). A name that rebinds
+// between the check and the connection therefore still meets the policy,
+// and so does a redirect. An allowed registry is exempt for its own
+// host:port only: a redirect from it to anywhere else is checked like any
+// other host, unless that host:port is allowed too.
 
 import (
 	"context"
@@ -23,7 +26,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -120,6 +125,16 @@ func registryRefused(ref, domain, why string) *container.ImageRefusedError {
 		"use an image from a public registry: image %q names registry %s, which resolves to %s address, and the backend pulls only from public addresses (an operator can allow a registry with --allow-registry)", ref, domain, why)}
 }
 
+// downloadRefused answers a download whose connection the policy refused
+// after the check passed: a name that now resolves to a blocked address,
+// or a redirect to one. Where the redirect pointed is not said: the
+// registry chose it.
+func downloadRefused(ref, why string) *container.ImageRefusedError {
+	domain, _, _ := registryOf(ref)
+	return &container.ImageRefusedError{Image: ref, Rule: container.RuleRegistry, Msg: fmt.Sprintf(
+		"use an image from a public registry: downloading image %q from registry %s needed a connection to %s address (the registry's own, or one it redirected the download to), which the backend refused: it pulls only from public addresses (an operator can allow a registry with --allow-registry)", ref, domain, why)}
+}
+
 // Ranges that are neither loopback, private, link-local, multicast nor
 // unspecified (netip answers those) but still no public registry's.
 var blockedPrefixes = []struct {
@@ -188,15 +203,130 @@ func ownAddr(a netip.Addr) bool {
 	return false
 }
 
-// errBlockedDial is what registryDialer answers for a blocked address.
+// errBlockedDial is what a dial to a blocked address answers.
 var errBlockedDial = errors.New("address refused by the registry policy")
 
-// registryDialer dials only addresses blockedAddr lets through, checked at
-// connect time on the address actually dialed: a name that rebinds after
-// the check, or a redirect to another host, cannot reach a blocked one.
-func registryDialer() *net.Dialer {
+// blockedDialError is a dial the policy refused, with why (blockedAddr's
+// words; never the name or address, which the registry may choose).
+type blockedDialError struct{ why string }
+
+func (e *blockedDialError) Error() string   { return errBlockedDial.Error() + ": " + e.why + " address" }
+func (e *blockedDialError) Is(t error) bool { return t == errBlockedDial }
+
+// dialTimeout bounds one connection of a download.
+const dialTimeout = 10 * time.Second
+
+// pullDialer is the only way a download reaches the network. It records
+// the first connection the policy refused, whatever error the HTTP and
+// registry layers above make of it.
+type pullDialer struct {
+	policy  *registryPolicy
+	mu      sync.Mutex
+	refused *blockedDialError
+}
+
+// DialContext dials addr (host:port, as http.Transport asks: the
+// registry's, or a redirect target's). An allowed registry's own
+// host:port is dialed as asked. Any other is resolved (policy.resolver),
+// refused when any address it resolves to is blocked, and dialed to the
+// checked addresses only, each checked again at connect time.
+func (pd *pullDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	p := pd.policy
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if p.allowedAddr(host, port) {
+		d := &net.Dialer{Timeout: dialTimeout, Resolver: p.resolver}
+		return d.DialContext(ctx, network, addr)
+	}
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, p.lookupTimeout)
+		addrs, err = p.resolver.LookupNetIP(lctx, "ip", host)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if len(addrs) == 0 {
+			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+		}
+	}
+	for _, a := range addrs {
+		if why := blockedAddr(a); why != "" {
+			return nil, pd.refuse(why)
+		}
+	}
+	d := checkingDialer()
+	var first error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(pn)).String())
+		if err == nil {
+			return c, nil
+		}
+		var bd *blockedDialError
+		if errors.As(err, &bd) {
+			return nil, pd.refuse(bd.why)
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+func (pd *pullDialer) refuse(why string) error {
+	e := &blockedDialError{why: why}
+	pd.mu.Lock()
+	if pd.refused == nil {
+		pd.refused = e
+	}
+	pd.mu.Unlock()
+	return e
+}
+
+// refusal is the first connection the policy refused, or nil.
+func (pd *pullDialer) refusal() *blockedDialError {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	return pd.refused
+}
+
+// allowedAddr reports whether host:port (as a dial names it) is an
+// allowed registry's own. An allowed registry named without a port is
+// reached on 443 (HTTPS) or 80 (its plain HTTP fallback).
+func (p *registryPolicy) allowedAddr(host, port string) bool {
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	for a := range p.allow {
+		ah, ap, err := net.SplitHostPort(a)
+		if err != nil {
+			ah, ap = a, ""
+		}
+		ah = strings.TrimSuffix(strings.TrimPrefix(ah, "["), "]")
+		hosts := []string{ah}
+		if ah == "docker.io" || ah == "index.docker.io" {
+			hosts = []string{"index.docker.io", dockerHubRegistry}
+		}
+		for _, h := range hosts {
+			if h == host && (ap == port || ap == "" && (port == "443" || port == "80")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkingDialer dials only addresses blockedAddr lets through, checked
+// at connect time on the address actually dialed.
+func checkingDialer() *net.Dialer {
 	return &net.Dialer{
-		Timeout: 10 * time.Second,
+		Timeout: dialTimeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
 			host, _, err := net.SplitHostPort(address)
 			if err != nil {
@@ -206,8 +336,8 @@ func registryDialer() *net.Dialer {
 			if err != nil {
 				return err
 			}
-			if blockedAddr(ip) != "" {
-				return errBlockedDial
+			if why := blockedAddr(ip); why != "" {
+				return &blockedDialError{why: why}
 			}
 			return nil
 		},

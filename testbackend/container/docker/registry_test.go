@@ -1,16 +1,22 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	dockercontainer "github.com/docker/docker/api/types/container"
+	"github.com/miekg/dns"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/registrytest"
@@ -34,16 +40,17 @@ func TestBlockedAddr(t *testing.T) {
 }
 
 // pullRuntime is a runtime on the test engine whose pulls are allowed from
-// reg, with the images it pulled removed when the test ends.
+// reg (and opts.AllowRegistries), with the images it pulled removed when
+// the test ends.
 func pullRuntime(t *testing.T, reg *registrytest.Registry, opts Options) *Runtime {
 	t.Helper()
-	opts.AllowRegistries = []string{reg.Host}
+	opts.AllowRegistries = append([]string{reg.Host}, opts.AllowRegistries...)
 	d := requireEngine(t, opts)
 	t.Cleanup(func() {
 		d.imgMu.Lock()
 		var refs []string
 		for _, p := range d.pulled {
-			refs = append(refs, p.ref, p.pinned)
+			refs = append(refs, p.ref)
 		}
 		d.imgMu.Unlock()
 		d.removeRefs(refs...)
@@ -68,8 +75,8 @@ func refusedRule(err error) string {
 }
 
 // Ten concurrent ensures of one image that is not on the engine share one
-// pull: the registry sees one manifest fetch by tag (the backend's) and
-// one fetch of the config blob (the engine's pull).
+// pull: the registry sees one manifest fetch by tag and one fetch of the
+// config blob (both the backend's download; the engine fetches nothing).
 func TestPullSharedByConcurrentCreates(t *testing.T) {
 	reg := registrytest.Start(t, registrytest.Options{})
 	img := registrytest.RandomImage(t, 256<<10, 1)
@@ -137,7 +144,7 @@ func TestPullRefusesTooLargeImage(t *testing.T) {
 		t.Fatalf("ensure over the compressed limit: %v, want %s", err, container.RuleTooLarge)
 	}
 	if got := reg.BlobGETs("team/big", cfg); got != pulls || present(t, d, ref) {
-		t.Fatalf("the engine pulled an image over the compressed limit (%d config GETs, was %d)", got, pulls)
+		t.Fatalf("an image over the compressed limit was downloaded (%d config GETs, was %d)", got, pulls)
 	}
 }
 
@@ -207,7 +214,7 @@ func TestStartPullsAgainAnImageGoneSinceEnsure(t *testing.T) {
 		d.imgMu.Lock()
 		p := *d.pulled[ref]
 		d.imgMu.Unlock()
-		d.removeRefs(p.ref, p.pinned)
+		d.removeRefs(p.ref)
 		if present(t, d, ref) {
 			t.Fatalf("%s still there after its removal", ref)
 		}
@@ -270,7 +277,6 @@ func TestBlockedAddrOwn(t *testing.T) {
 // What the engine or a registry says about credentials is the private
 // answer; anything else the generic one; neither carries that text.
 func TestRegistryErrSanitized(t *testing.T) {
-	d := &Runtime{}
 	const ref = "registry.example/team/py:1"
 	for text, rule := range map[string]string{
 		`Head "http://127.0.0.1:5001/v2/team/py/manifests/1": no basic auth credentials`:                  container.RulePrivate,
@@ -280,7 +286,7 @@ func TestRegistryErrSanitized(t *testing.T) {
 		`Get "https://registry.example/v2/": dial tcp 10.1.2.3:443: connect: connection refused`:          container.RulePull,
 		`error pulling sha256:4019401abc: unexpected EOF`:                                                 container.RulePull,
 	} {
-		err := d.registryErr(ref, errors.New(text))
+		err := sanitizedErr(ref, errors.New(text))
 		if refusedRule(err) != rule || !strings.Contains(err.Error(), ref) {
 			t.Errorf("%q: %v, want a %s refusal naming the image", text, err, rule)
 		}
@@ -289,5 +295,212 @@ func TestRegistryErrSanitized(t *testing.T) {
 				t.Errorf("%q: the answer %q carries %q", text, err, leak)
 			}
 		}
+	}
+}
+
+// A registry that hands blob downloads (307) to another host, as
+// registries do with CDNs: the download connects there only when that
+// host:port is itself allowed. Here the registry (127.0.0.1:PORT) is
+// allowed and the mirror it redirects to (127.0.0.1:OTHER, a loopback
+// address) is not: the ensure is refused with the backend's own words,
+// the mirror accepted no connection, and nothing is on the engine. With
+// the mirror allowed too, the pull goes through it.
+func TestPullRefusesRedirectToBlockedAddress(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "team/cdn:1", registrytest.RandomImage(t, 64<<10, 1))
+	mirror := reg.RedirectBlobs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	d := pullRuntime(t, reg, Options{})
+	err := d.EnsureImage(ctx, ref)
+	if rule := refusedRule(err); rule != container.RuleRegistry && rule != container.RulePull || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("ensure of an image whose blobs redirect to a blocked address: %v, want a %s or %s refusal naming the image", err, container.RuleRegistry, container.RulePull)
+	}
+	_, mirrorPort, _ := strings.Cut(mirror.Host, ":")
+	for _, leak := range []string{mirrorPort, "http://", "307", "Temporary Redirect", "Location"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("the refusal %q carries %q", err, leak)
+		}
+	}
+	if n := mirror.Conns(); n != 0 {
+		t.Fatalf("the redirect target on a blocked address accepted %d connections", n)
+	}
+	if present(t, d, ref) {
+		t.Fatalf("%s is on the engine after a refused pull", ref)
+	}
+
+	allowed := pullRuntime(t, reg, Options{AllowRegistries: []string{mirror.Host}})
+	if err := allowed.EnsureImage(ctx, ref); err != nil {
+		t.Fatalf("ensure with the redirect target allowed too: %v", err)
+	}
+	if mirror.BlobGETs() == 0 || !present(t, allowed, ref) {
+		t.Fatalf("with the redirect target allowed: %d blob GETs at it, present %v; want the pull through it", mirror.BlobGETs(), present(t, allowed, ref))
+	}
+}
+
+// rebindingResolver is a resolver whose only server, on loopback and
+// owned by the test, answers name's first A query with first and every
+// later one with then (AAAA: no address; other names: NXDOMAIN).
+func rebindingResolver(t *testing.T, qname string, first, then netip.Addr) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aQueries atomic.Int64
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		switch {
+		case !strings.EqualFold(q.Name, dns.Fqdn(qname)):
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			a := then
+			if aQueries.Add(1) == 1 {
+				a = first
+			}
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: a.AsSlice()})
+		}
+		_ = w.WriteMsg(m)
+	})
+	srv := &dns.Server{PacketConn: pc, Handler: handler}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
+	}}
+}
+
+// A registry name that resolves to a public address when the policy
+// checks it and to loopback when the download connects (DNS rebinding) is
+// refused at connect time: the registry on loopback accepts no
+// connection. The control: the same name allowed, resolving to loopback
+// both times, is pulled from that registry.
+func TestPullRefusesRebindingName(t *testing.T) {
+	const host = "rebind.rarecloud.test"
+	reg := registrytest.Start(t, registrytest.Options{})
+	_, port, _ := strings.Cut(reg.Host, ":")
+	reg.Push(t, "team/rebind:1", registrytest.RandomImage(t, 64<<10, 1))
+	ref := host + ":" + port + "/team/rebind:1"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	loopback := netip.MustParseAddr("127.0.0.1")
+
+	d := requireEngine(t, Options{})
+	d.registries.resolver = rebindingResolver(t, host, netip.MustParseAddr("1.2.3.4"), loopback)
+	conns := reg.Conns()
+	err := d.EnsureImage(ctx, ref)
+	if got := reg.Conns() - conns; got != 0 {
+		t.Fatalf("the registry on loopback accepted %d connections from a download the policy should have refused (ensure: %v)", got, err)
+	}
+	// The download's refusal, not the check's: the check saw 1.2.3.4.
+	if refusedRule(err) != container.RuleRegistry || !strings.Contains(err.Error(), ref) || !strings.Contains(err.Error(), "downloading image") || !strings.Contains(err.Error(), "a loopback address") {
+		t.Fatalf("ensure of a name that rebinds to loopback: %v, want the download's %s refusal naming the image and the rule", err, container.RuleRegistry)
+	}
+
+	allowed := pullRuntime(t, reg, Options{AllowRegistries: []string{host + ":" + port}})
+	allowed.registries.resolver = rebindingResolver(t, host, loopback, loopback)
+	if err := allowed.EnsureImage(ctx, ref); err != nil {
+		t.Fatalf("ensure of the allowed name resolving to the registry: %v", err)
+	}
+	if reg.ManifestGETs("team/rebind") == 0 || !present(t, allowed, ref) {
+		t.Fatalf("the allowed name was not pulled from the registry (%d manifest GETs)", reg.ManifestGETs("team/rebind"))
+	}
+}
+
+// Without an engine: an allowed registry is exempt for its own host:port
+// only, and a dial anywhere else to a blocked address is refused before
+// any connection is made, recorded as the download's refusal.
+func TestPullDialerPolicy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p, err := newRegistryPolicy([]string{ln.Addr().String(), "Registry.Example", "[::1]:5000"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		host, port string
+		want       bool
+	}{
+		{"127.0.0.1", strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:"), true},
+		{"127.0.0.1", strings.TrimPrefix(other.Addr().String(), "127.0.0.1:"), false},
+		{"registry.example", "443", true},
+		{"REGISTRY.example", "80", true},
+		{"registry.example", "5000", false},
+		{"cdn.registry.example", "443", false},
+		{"::1", "5000", true},
+		{"::1", "5001", false},
+	} {
+		if got := p.allowedAddr(c.host, c.port); got != c.want {
+			t.Errorf("allowedAddr(%s, %s) = %v, want %v", c.host, c.port, got, c.want)
+		}
+	}
+	ctx := context.Background()
+	pd := &pullDialer{policy: p}
+	conn, err := pd.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial of the allowed registry: %v", err)
+	}
+	conn.Close()
+	if _, err := pd.DialContext(ctx, "tcp", other.Addr().String()); !errors.Is(err, errBlockedDial) {
+		t.Fatalf("dial of another loopback port: %v, want the policy's refusal", err)
+	}
+	if r := pd.refusal(); r == nil || r.why != "a loopback" {
+		t.Fatalf("the refusal recorded is %+v, want a loopback one", r)
+	}
+	// The checking dialer itself refuses on the socket, whatever the name.
+	before := accepted.Load()
+	if _, err := checkingDialer().DialContext(ctx, "tcp", ln.Addr().String()); !errors.Is(err, errBlockedDial) {
+		t.Fatalf("checking dialer to loopback: %v, want the policy's refusal", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if accepted.Load() != before {
+		t.Fatal("the checking dialer connected to a blocked address")
+	}
+}
+
+// Without an engine: a download that reads past its limit stops with
+// errDownloadTooLarge, whatever the answer declared.
+func TestDownloadByteCounter(t *testing.T) {
+	count := &byteCounter{}
+	count.limit.Store(64 << 10)
+	c := &http.Client{Transport: &countingTransport{rt: http.DefaultTransport, count: count}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 1<<20))
+	}))
+	defer srv.Close()
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !errors.Is(err, errDownloadTooLarge) || n > 64<<10+32<<10 {
+		t.Fatalf("read %d bytes, then %v; want errDownloadTooLarge soon after 64 KiB", n, err)
 	}
 }
