@@ -1,5 +1,6 @@
 // Command rarecloud-agent is a sandbox's main process when the backend
-// drives it through its attached stdin and stdout (see package agent).
+// drives it through its attached stdin and stdout (see package agent);
+// run as "rarecloud-agent cat PATH" it reads one file for the file route.
 // It does not exit when its input ends: stdin stays open across attaches,
 // and a backend that restarts attaches again.
 package main
@@ -17,6 +18,11 @@ import (
 )
 
 func main() {
+	// "cat PATH": the file route's reader (agent.Cat), a process of its
+	// own that the backend's read script runs.
+	if len(os.Args) == 3 && os.Args[1] == "cat" {
+		os.Exit(agent.Cat(os.Args[2], os.Stdout, os.Stderr))
+	}
 	// Sandbox code runs as the same user: without this it could open
 	// /proc/1/fd/0 and /proc/1/fd/1 and write into, or read from, the
 	// channel between the backend and the agent. A process that is not

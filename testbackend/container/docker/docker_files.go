@@ -25,10 +25,14 @@ mkdir -p -- "$d" || exit 10
 t="$d/.rarecloud-write.$$"
 if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
-	// What is opened is checked again through the open descriptor, so a
-	// device put at the path after the first check is refused too (only
-	// a FIFO put there in between can still hold the open).
-	readScript = `[ -e "$1" ] || exit 10
+	// The agent's cat (where the sandbox has the agent) opens without
+	// blocking and checks what it opened, so nothing put at the path, a
+	// FIFO included, holds the read. Without the agent (run mode), what is
+	// opened is checked again through the open descriptor, so a device put
+	// at the path after the first check is refused too; only a FIFO put
+	// there in between can still hold the open, until fileTimeout.
+	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` cat "$1"
+[ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
 [ -f "$1" ] || exit 13
 [ -r "$1" ] || exit 12

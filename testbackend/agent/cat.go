@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes of Cat, the same as the backend's file scripts use
+// (container/docker/docker_files.go).
+const (
+	CatMissing    = 10 // no such file
+	CatDirectory  = 11 // a directory
+	CatNoAccess   = 12 // not readable by the sandbox user
+	CatNotRegular = 13 // a device, FIFO or socket
+)
+
+// Cat copies the regular file at path to w and returns its exit code: 0,
+// or one of the Cat* codes, or 1 with the reason on errw. It opens the
+// file without blocking and checks what it opened, so a FIFO put at the
+// path at any moment (even between a check and the open) is refused at
+// once, never waited on: the shell's `< path` would wait for a writer
+// until the file route's timeout.
+func Cat(path string, w, errw io.Writer) int {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return CatMissing
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return CatNoAccess
+		case errors.Is(err, unix.ENXIO): // a socket
+			return CatNotRegular
+		case errors.Is(err, unix.ENAMETOOLONG):
+			fmt.Fprintln(errw, "File name too long")
+		case errors.Is(err, unix.ENOTDIR):
+			fmt.Fprintln(errw, "Not a directory")
+		default:
+			fmt.Fprintln(errw, err)
+		}
+		return 1
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		fmt.Fprintln(errw, err)
+		return 1
+	}
+	switch {
+	case st.IsDir():
+		return CatDirectory
+	case !st.Mode().IsRegular():
+		return CatNotRegular
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		fmt.Fprintln(errw, err)
+		return 1
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		fmt.Fprintln(errw, err)
+		return 1
+	}
+	return 0
+}
