@@ -112,18 +112,9 @@ type hostUse struct {
 }
 
 func (m *Manager) hostUseLocked(account string) hostUse {
-	var u hostUse
-	for _, sb := range m.boxes {
-		if !isLive(sb.Status) {
-			continue
-		}
-		mem := m.sandboxMemory(sb)
-		u.memAll += mem
-		u.live++
-		if sb.Account == account {
-			u.memMine += mem
-			u.mine++
-		}
+	u := hostUse{memAll: m.live.mem, live: m.live.count}
+	if a := m.accounts[account]; a != nil {
+		u.memMine, u.mine = a.live.mem, a.live.count
 	}
 	for _, p := range m.pools {
 		u.held += len(p.ready) + p.filling

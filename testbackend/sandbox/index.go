@@ -12,7 +12,9 @@ import (
 // They are kept under m.mu beside m.boxes, by the few places that change
 // it: insertLocked (a record enters m.boxes), reindexLocked (its status
 // changed) and dropLocked (it leaves). Each record's entry remembers what
-// it counted for, so that taking it out undoes exactly that. Besides the
+// it counted for, so that taking it out undoes exactly that. The host's
+// totals over every account (m.live) are kept the same way, for the host
+// capacity check (hostcap.go). Besides the
 // records, an account's index counts the vCPUs admitted for its creates
 // whose records are not in m.boxes yet (holdLocked, unholdLocked).
 
@@ -22,6 +24,9 @@ type accountIndex struct {
 	// liveMilli is the vCPUs, in thousandths, of its pending and running
 	// sandboxes: integers, so adding and taking away never drift.
 	liveMilli int64
+	// live is the memory and the number of its pending and running
+	// sandboxes.
+	live liveUse
 	// heldMilli is the vCPUs, in thousandths, held for its admitted
 	// creates until their records count them (create_admit.go).
 	heldMilli int64
@@ -32,10 +37,20 @@ type accountIndex struct {
 	keys  ageSet
 }
 
+// liveUse is what live sandboxes hold of the host: memory and addresses.
+type liveUse struct {
+	mem   int64 // bytes, as sandboxMemory counts them
+	count int
+}
+
+func (u *liveUse) add(v liveUse) { u.mem += v.mem; u.count += v.count }
+func (u *liveUse) sub(v liveUse) { u.mem -= v.mem; u.count -= v.count }
+
 // indexed is one record as its account's index counts it.
 type indexed struct {
 	sb        *store.Sandbox
-	liveMilli int64 // what it adds to liveMilli (0 once it ended)
+	liveMilli int64   // what it adds to liveMilli (0 once it ended)
+	live      liveUse // what it adds to live and m.live (zero once it ended)
 }
 
 func isLive(status string) bool { return status == StatusPending || status == StatusRunning }
@@ -71,8 +86,13 @@ func (m *Manager) reindexLocked(sb *store.Sandbox) {
 	e := indexed{sb: sb}
 	if isLive(sb.Status) {
 		e.liveMilli = milliVCPU(m.sandboxVCPU(sb))
+		e.live = liveUse{mem: m.sandboxMemory(sb), count: 1}
 	}
 	a.liveMilli += e.liveMilli - old.liveMilli
+	a.live.sub(old.live)
+	a.live.add(e.live)
+	m.live.sub(old.live)
+	m.live.add(e.live)
 	a.boxes[sb.ID] = e
 	if isLive(sb.Status) {
 		a.ended.remove(sb.ID)
@@ -111,6 +131,8 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 		return
 	}
 	a.liveMilli -= old.liveMilli
+	a.live.sub(old.live)
+	m.live.sub(old.live)
 	delete(a.boxes, sb.ID)
 	a.ended.remove(sb.ID)
 	m.dropEmptyAccountLocked(sb.Account)

@@ -17,11 +17,17 @@ func checkIndex(m *Manager) error {
 	defer m.mu.Unlock()
 	ids := map[string][]string{}
 	live := map[string]int64{}
+	use := map[string]liveUse{}
+	var total liveUse
 	ended := map[string][]string{}
 	for id, sb := range m.boxes {
 		ids[sb.Account] = append(ids[sb.Account], id)
 		if isLive(sb.Status) {
 			live[sb.Account] += milliVCPU(m.sandboxVCPU(sb))
+			u := use[sb.Account]
+			u.add(liveUse{mem: m.sandboxMemory(sb), count: 1})
+			use[sb.Account] = u
+			total.add(liveUse{mem: m.sandboxMemory(sb), count: 1})
 		} else {
 			ended[sb.Account] = append(ended[sb.Account], id)
 		}
@@ -46,6 +52,9 @@ func checkIndex(m *Manager) error {
 			return fmt.Errorf("account %s: the index counts keys %q, the settled keys are %q", account, got, want)
 		}
 	}
+	if m.live != total {
+		return fmt.Errorf("the host's totals count %+v live, the records %+v", m.live, total)
+	}
 	for account, want := range keys {
 		if m.accounts[account] == nil {
 			return fmt.Errorf("account %s has %d keys and no index", account, len(want))
@@ -67,6 +76,9 @@ func checkIndex(m *Manager) error {
 		sort.Strings(want)
 		if !slices.Equal(got, want) {
 			return fmt.Errorf("account %s: the index has sandboxes %v, the records %v", account, got, want)
+		}
+		if a.live != use[account] {
+			return fmt.Errorf("account %s: the index counts %+v live, the records %+v", account, a.live, use[account])
 		}
 		if a.liveMilli != live[account] {
 			return fmt.Errorf("account %s: the index counts %d milli-vCPUs live, the records %d", account, a.liveMilli, live[account])

@@ -128,6 +128,7 @@ type Manager struct {
 	closing  bool // Close ran: no new background work (background.go)
 	boxes    map[string]*store.Sandbox
 	accounts map[string]*accountIndex // boxes by account, and their live vCPUs (index.go)
+	live     liveUse                  // every account's live sandboxes' memory and count (index.go)
 	seq      uint64                   // orders the members of ageSets that arrive at the same instant (caps.go)
 	timers   map[string]*time.Timer
 	watching map[string]bool
