@@ -61,6 +61,9 @@ func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest
 	if err != nil {
 		return res, d.containerErr("attach to exec in", id, err)
 	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	stopped := d.stopWatch(watchCtx, id)
 	var closeOnce sync.Once
 	closeConn := func() { closeOnce.Do(hj.Close) }
 	defer closeConn()
@@ -74,16 +77,54 @@ func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest
 		}()
 	}
 
-	res, err = collectOutput(ctx, hj.Reader, closeConn, req)
+	res, err = collectOutput(ctx, hj.Reader, closeConn, req, stopped)
 	res.Duration = time.Since(start)
 	if res.TimedOut {
 		return res, nil
+	}
+	if errors.Is(err, errStopped) {
+		return res, err
 	}
 	if err != nil {
 		return res, d.containerErr("read exec output in", id, err)
 	}
 
 	return d.execExit(ctx, id, created.ID, req, start, res)
+}
+
+// errStopped: the container stopped while the process ran. Its end takes
+// the process, and the engine may lose the process's exit with it (the
+// streams stay open, or the exit reads as a kill).
+var errStopped = fmt.Errorf("%w: the sandbox stopped while the process ran", container.ErrNotRunning)
+
+// stopWatch returns a channel closed once container id is not running,
+// watched until ctx ends. An engine that cannot say leaves it open: the
+// exec's own wait decides then.
+func (d *Runtime) stopWatch(ctx context.Context, id string) <-chan struct{} {
+	stopped := make(chan struct{})
+	respC, errC := d.cli.ContainerWait(ctx, id, dockercontainer.WaitConditionNotRunning)
+	go func() {
+		select {
+		case <-respC:
+			close(stopped)
+		case <-errC:
+		}
+	}()
+	return stopped
+}
+
+// waitStopped reports whether container id stops within wait: for an
+// exec whose process was killed or whose exit was lost, the question is
+// whether the container's end did it.
+func (d *Runtime) waitStopped(ctx context.Context, id string, wait time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	select {
+	case <-d.stopWatch(wctx, id):
+		return true
+	case <-wctx.Done():
+		return false
+	}
 }
 
 // notStarted marks an Exec error that came before the process could start.
@@ -114,7 +155,7 @@ func (d *Runtime) Prepare(ctx context.Context, id string) error {
 }
 
 // the timeout: then it closes the connection and reports TimedOut.
-func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req container.ExecRequest) (container.ExecResult, error) {
+func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req container.ExecRequest, stopped <-chan struct{}) (container.ExecResult, error) {
 	var res container.ExecResult
 	stdout := &capBuffer{max: req.MaxOutput}
 	stderr := &capBuffer{max: req.MaxOutput}
@@ -140,6 +181,10 @@ func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req conta
 		res.TimedOut = true
 	case <-ctx.Done():
 		waitErr = ctx.Err()
+	case <-stopped:
+		// The process went with its container; the engine does not
+		// always close the streams then.
+		waitErr = errStopped
 	}
 	if res.TimedOut || waitErr != nil {
 		closeConn()

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 mkdir -p -- "$d" || exit 10
 t="$d/.rarecloud-write.$$"
 if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
+echo ` + renameMark + `
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 	// The agent's cat (where the sandbox has the agent) opens without
 	// blocking and checks what it opened, so nothing put at the path, a
@@ -42,6 +44,27 @@ mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 // fileTimeout bounds one file operation.
 const fileTimeout = 60 * time.Second
 
+// renameMark is what writeScript prints once the content is complete,
+// right before the rename that puts it in place.
+const renameMark = "rarecloud-renaming"
+
+// stopGrace bounds the wait for a container's end after a file script
+// was killed or its exit lost (the engine reports the container's end a
+// moment after the kill it made).
+const stopGrace = 10 * time.Second
+
+// endedWith reports whether the file script's run was cut off by its
+// container's end: the exec said so, or the script was killed (or its
+// exit lost) and the container stopped. A file script is killed by
+// nothing else: a timeout reads as TimedOut.
+func (d *Runtime) endedWith(ctx context.Context, id string, res container.ExecResult, err error) bool {
+	if errors.Is(err, errStopped) {
+		return true
+	}
+	killed := res.ExitCode == nil || *res.ExitCode == 137
+	return err == nil && !res.TimedOut && killed && d.waitStopped(ctx, id, stopGrace)
+}
+
 // WriteFile writes content to an absolute path as the sandbox user,
 // creating parents, with writeScript.
 func (d *Runtime) WriteFile(ctx context.Context, id, path, content string) error {
@@ -51,6 +74,15 @@ func (d *Runtime) WriteFile(ctx context.Context, id, path, content string) error
 		Timeout:   fileTimeout,
 		MaxOutput: 64 << 10,
 	})
+	if d.endedWith(ctx, id, res, err) {
+		// A program that ends once the file is there (a run-mode job
+		// waiting for its input) takes the write's process with it: the
+		// write is done if it reached its rename.
+		if bytes.Contains(res.Stdout, []byte(renameMark+"\n")) {
+			return nil
+		}
+		return errStopped
+	}
 	if err != nil {
 		return err
 	}
@@ -65,6 +97,9 @@ func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int) ([]b
 		Timeout:   fileTimeout,
 		MaxOutput: limit,
 	})
+	if d.endedWith(ctx, id, res, err) {
+		return nil, errStopped
+	}
 	if err != nil {
 		return nil, err
 	}
