@@ -107,7 +107,8 @@ func (d *Runtime) stopWatch(ctx context.Context, id string) <-chan struct{} {
 		select {
 		case <-respC:
 			close(stopped)
-		case <-errC:
+		case err := <-errC:
+			_ = err // ctx ended, or the engine cannot say: the exec's own wait decides
 		}
 	}()
 	return stopped
