@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,11 +35,39 @@ const hostileToken = "rc_pat_hostile"
 // hostileSlow is the longest a hostile request may take.
 const hostileSlow = 10 * time.Second
 
+// hostileWarmUp is how long the attacks run before the well-behaved
+// account is measured beside them.
+const hostileWarmUp = 3 * time.Second
+
 // hostileOptions are the phase's flags.
 type hostileOptions struct {
 	ops         int     // well-behaved commands per run
 	concurrency int     // goroutines per looping attack
 	maxP99Ratio float64 // the p99 ratio past which the soak fails
+	attacks     string  // -hostile-attacks: which attacks run
+}
+
+// attackKeys name the attacks for -hostile-attacks, in the issue's order.
+var attackKeys = []string{"long", "device", "burst", "dns", "read", "jobs"}
+
+// parseAttacks reads -hostile-attacks: a comma-separated list of
+// attackKeys, or "all".
+func parseAttacks(s string) (map[string]bool, error) {
+	on := map[string]bool{}
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		switch {
+		case k == "all":
+			for _, a := range attackKeys {
+				on[a] = true
+			}
+		case slices.Contains(attackKeys, k):
+			on[k] = true
+		default:
+			return nil, fmt.Errorf("-hostile-attacks: unknown attack %q (want all or some of %s)", k, strings.Join(attackKeys, ","))
+		}
+	}
+	return on, nil
 }
 
 // The hostile backend's capacity: the memory limits of all sandboxes may
@@ -346,6 +375,10 @@ func hostileBody(field string) []byte {
 // failures.
 func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, work string, rig *floorRig, rep *report) ([]string, error) {
 	ho := so.hostile
+	on, err := parseAttacks(ho.attacks)
+	if err != nil {
+		return nil, err
+	}
 	data := filepath.Join(work, "hostile")
 	b, err := startBackend(bin, tokens, data, o.pool, o.out, "--max-in-flight", strconv.Itoa(so.maxInFlight),
 		"--host-share", "0.5", "--host-memory", strconv.Itoa(hostileHostMemory), "--memory-overcommit", "1")
@@ -388,12 +421,15 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	if out, err := evil.run(ctx, files, "head -c 8000000 /dev/zero | tr '\\0' '<' > /home/user/lt && wc -c < /home/user/lt"); err != nil || out != "8000000\n" {
 		return nil, fmt.Errorf("hostile neighbour: making the 8 MB file: %q, %v", out, err)
 	}
-	flooder, err := evil.createRunning(ctx, map[string]any{"template": "python", "timeoutMs": 3600000, "egressMode": "ALLOW_LIST", "egressAllowlist": []string{floodAllowed}})
-	if flooder != "" {
-		evilIDs = append(evilIDs, flooder)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("hostile neighbour: the flood's ALLOW_LIST sandbox: %w", err)
+	var flooder string
+	if on["dns"] {
+		flooder, err = evil.createRunning(ctx, map[string]any{"template": "python", "timeoutMs": 3600000, "egressMode": "ALLOW_LIST", "egressAllowlist": []string{floodAllowed}})
+		if flooder != "" {
+			evilIDs = append(evilIDs, flooder)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("hostile neighbour: the flood's ALLOW_LIST sandbox: %w", err)
+		}
 	}
 	if err := b.waitPool(ctx, o.pool); err != nil {
 		return nil, err
@@ -409,7 +445,10 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	evc := newHostileClient(b.url)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	loop := func(n int, f func()) {
+	loop := func(key string, n int, f func()) {
+		if !on[key] {
+			return
+		}
 		for range n {
 			wg.Add(1)
 			go func() {
@@ -421,16 +460,16 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		}
 	}
 	long := hostileBody("timeoutMs")
-	loop(ho.concurrency, func() {
+	loop("long", ho.concurrency, func() {
 		evc.do(atkLongNumber, http.MethodPatch, "/sandboxes/"+files, long, expect{422: "INVALID_TIMEOUT"}, false)
 		evc.do(atkLongNumber, http.MethodPost, "/sandboxes", long, expect{422: "INVALID_TIMEOUT"}, false)
 	})
-	loop(ho.concurrency, func() {
+	loop("device", ho.concurrency, func() {
 		for _, dev := range []string{"/dev/zero", "/dev/urandom"} {
 			evc.do(atkDevice, http.MethodGet, "/sandboxes/"+files+"/files?path="+dev, nil, expect{400: "FILE_NOT_REGULAR"}, false)
 		}
 	})
-	loop(ho.concurrency, func() {
+	loop("read", ho.concurrency, func() {
 		st, _, n := evc.do(atkLargeRead, http.MethodGet, "/sandboxes/"+files+"/files?path=/home/user/lt", nil, expect{200: ""}, true)
 		if st == http.StatusOK && n < 8_000_000 {
 			evc.fail(atkLargeRead, fmt.Sprintf("an answer of %d bytes for a file of 8,000,000", n))
@@ -438,7 +477,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	})
 	create := expect{201: "", 409: "HOST_SHARE_EXCEEDED"}
 	gone := expect{200: "", 404: ""}
-	loop(1, func() {
+	loop("burst", 1, func() {
 		var bw sync.WaitGroup
 		for range hostileBurst {
 			bw.Add(1)
@@ -453,7 +492,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		time.Sleep(250 * time.Millisecond)
 	})
 	job := []byte(`{"template":"base","cmd":["sh","-c","head -c 1048576 /dev/zero | tr '\\0' x"]}`)
-	loop(ho.concurrency, func() {
+	loop("jobs", ho.concurrency, func() {
 		st, body, _ := evc.do(atkJobs, http.MethodPost, "/sandboxes", job, create, false)
 		if st != http.StatusCreated {
 			time.Sleep(250 * time.Millisecond)
@@ -474,20 +513,23 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		}
 		evc.do(atkJobs, http.MethodDelete, "/sandboxes/"+id, nil, gone, false)
 	})
-	// The flood runs inside its sandbox, bounded by its own clock and by
-	// the sandbox's delete; it is under way once it has sent a thousand.
-	ran := expect{200: ""}
-	start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", shellQuote(floodScript), floodName), "timeoutMs": 20000})
-	evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
-	flooding := false
-	for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
-		_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e /tmp/flooding","timeoutMs":20000}`), ran, false)
-		flooding = bytes.Contains(body, []byte(`"exitCode":0`))
-		time.Sleep(100 * time.Millisecond)
+	if on["dns"] {
+		// The flood runs inside its sandbox, bounded by its own clock and by
+		// the sandbox's delete; it is under way once it has sent a thousand.
+		ran := expect{200: ""}
+		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", shellQuote(floodScript), floodName), "timeoutMs": 20000})
+		evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
+		flooding := false
+		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
+			_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e /tmp/flooding","timeoutMs":20000}`), ran, false)
+			flooding = bytes.Contains(body, []byte(`"exitCode":0`))
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !flooding {
+			evc.fail(atkDNS, "the flood never sent its first thousand queries")
+		}
 	}
-	if !flooding {
-		evc.fail(atkDNS, "the flood never sent its first thousand queries")
-	}
+	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
 	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops))
 	stop.Store(true)
 	wg.Wait()
@@ -519,6 +561,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	h.Setup = []string{
 		fmt.Sprintf("a backend of its own (--max-in-flight %d, warm pool %d, --host-share 0.5, --host-memory %d GiB, --memory-overcommit 1: the account's share is 6 GiB, the flood's python sandbox, the files' base sandbox and two more), two accounts; the hostile one never honours Retry-After", so.maxInFlight, o.pool, hostileHostMemory>>30),
 		fmt.Sprintf("the well-behaved account: %d × `echo` in one base sandbox, one at a time, quiet, then beside the attacks, then quiet again once they stopped and the hostile sandboxes are deleted", ho.ops),
+		fmt.Sprintf("the hostile account's attacks (-hostile-attacks): %s", strings.Join(slices.DeleteFunc(slices.Clone(attackKeys), func(k string) bool { return !on[k] }), ", ")),
 		fmt.Sprintf("the hostile account: each attack in %d goroutines looping as fast as their answers come (create bursts: one loop, %d at once, every 250 ms; the DNS flood: one for the whole run), on the same %d cores as the backend and the well-behaved account", ho.concurrency, hostileBurst, runtime.NumCPU()),
 	}
 	rep.Hostile = h

@@ -101,3 +101,17 @@ func TestHostileVerdictWithoutSamples(t *testing.T) {
 		t.Fatal("held without a quiet sample")
 	}
 }
+
+func TestParseAttacks(t *testing.T) {
+	all, err := parseAttacks("all")
+	if err != nil || len(all) != len(attackKeys) {
+		t.Fatalf("all: %v, %v", all, err)
+	}
+	two, err := parseAttacks("dns, jobs")
+	if err != nil || len(two) != 2 || !two["dns"] || !two["jobs"] {
+		t.Fatalf("dns, jobs: %v, %v", two, err)
+	}
+	if _, err := parseAttacks("dns,fork"); err == nil || !strings.Contains(err.Error(), `"fork"`) {
+		t.Fatalf("an unknown attack: %v", err)
+	}
+}
