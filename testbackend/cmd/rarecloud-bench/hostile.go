@@ -234,6 +234,45 @@ type hostileReport struct {
 	Failures     []string       `json:"failures"`
 	FailureCount int            `json:"failureCount"`
 	Setup        []string       `json:"setup"`
+	// CPU says, per run (quiet, beside the attacks, after), how busy the
+	// host was and how much of that the bench process and the backend
+	// took.
+	CPU [3]string `json:"cpu"`
+}
+
+// cpuWindow measures the CPU of a run: the host's busy time, the bench
+// process's (the clients of both accounts) and the backend's.
+type cpuWindow struct {
+	t0                   time.Time
+	host, bench, backend time.Duration
+	pid                  int
+}
+
+func startCPUWindow(backendPid int) cpuWindow {
+	return cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), pid: backendPid}
+}
+
+func (w cpuWindow) String() string {
+	wall := time.Since(w.t0)
+	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
+	return fmt.Sprintf("%.0f%%; bench %.0f%%, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), share(pidCPU(w.pid)-w.backend))
+}
+
+// pidCPU is a process's CPU time so far (user and system), 0 when it
+// cannot be read.
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(fields[11], 10, 64)
+	k, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(u+k) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 // verdict fills in the ratios of the loaded run to the quiet one.
@@ -278,12 +317,13 @@ func (h *hostileReport) markdown() string {
 	for _, s := range h.Setup {
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
-	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet |\n|---|---:|---:|---:|---:|---:|\n", h.Ops)
+	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
 	for _, x := range []struct {
 		name string
 		r    *row
 		p99  float64
-	}{{"quiet (the hostile account idle)", h.Quiet, h.QuietP99}, {"beside the hostile account's attacks", h.Loaded, h.LoadedP99}, {"quiet again, after them", h.After, h.AfterP99}} {
+		cpu  string
+	}{{"quiet (the hostile account idle)", h.Quiet, h.QuietP99, h.CPU[0]}, {"beside the hostile account's attacks", h.Loaded, h.LoadedP99, h.CPU[1]}, {"quiet again, after them", h.After, h.AfterP99, h.CPU[2]}} {
 		if x.r == nil {
 			continue
 		}
@@ -291,7 +331,7 @@ func (h *hostileReport) markdown() string {
 		if h.Quiet.P50 > 0 && h.QuietP99 > 0 && x.r != h.Quiet {
 			ratios = fmt.Sprintf("%.2f× | %.2f× |", x.r.P50/h.Quiet.P50, x.p99/h.QuietP99)
 		}
-		fmt.Fprintf(&b, "| %s (%d ok, %d errors) | %.1f | %.1f | %.1f | %s\n", x.name, x.r.Count, x.r.Errors, x.r.P50, x.p99, x.r.Max, ratios)
+		fmt.Fprintf(&b, "| %s (%d ok, %d errors) | %.1f | %.1f | %.1f | %s %s |\n", x.name, x.r.Count, x.r.Errors, x.r.P50, x.p99, x.r.Max, ratios, x.cpu)
 	}
 	verdict := "held"
 	if !h.held() {
@@ -436,11 +476,14 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	}
 
 	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
-	measure := func(name string) *row {
+	measure := func(name string, cpu *string) *row {
 		fmt.Fprintf(os.Stderr, "soak: hostile neighbour: %s\n", name)
-		return repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
+		w := startCPUWindow(b.proc.Pid())
+		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
+		*cpu = w.String()
+		return r
 	}
-	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops))
+	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), &h.CPU[0])
 
 	evc := newHostileClient(b.url)
 	var stop atomic.Bool
@@ -530,7 +573,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		}
 	}
 	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
-	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops))
+	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), &h.CPU[1])
 	stop.Store(true)
 	wg.Wait()
 	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
@@ -543,7 +586,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	if err := b.waitPool(ctx, o.pool); err != nil {
 		return nil, err
 	}
-	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops))
+	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), &h.CPU[2])
 	if err := good.delete(ctx, victim); err != nil {
 		return nil, err
 	}

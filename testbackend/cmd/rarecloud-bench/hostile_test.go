@@ -62,6 +62,7 @@ func TestHostileVerdictAndReport(t *testing.T) {
 	loaded := runOf("loaded", append(ms(98), 150, 300)...)
 	h := &hostileReport{Ops: 100, Quiet: quiet, Loaded: loaded, After: runOf("after", ms(100)...), Limit: 1.5,
 		Attacks: []*attackStats{{Name: atkBurst, ByStatus: map[string]int{"409 HOST_SHARE_EXCEEDED": 30, "201": 2, "200": 2}, Slowest: 812.5}}}
+	h.CPU = [3]string{"10%; bench 1%, backend 2%", "90%; bench 30%, backend 40%", ""}
 	h.verdict()
 	if h.QuietP99 != 99 || h.LoadedP99 != 150 || h.RatioP99 != 150.0/99 || h.RatioP50 != 1 {
 		t.Fatalf("verdict: quiet p99 %v, loaded p99 %v, ratios %v / %v", h.QuietP99, h.LoadedP99, h.RatioP50, h.RatioP99)
@@ -80,8 +81,8 @@ func TestHostileVerdictAndReport(t *testing.T) {
 	}
 	md := h.markdown()
 	for _, want := range []string{
-		"| beside the hostile account's attacks (100 ok, 2 errors) | 51.0 | 150.0 | 300.0 | 1.00× | 1.52× |",
-		"| quiet (the hostile account idle) (100 ok, 0 errors) | 51.0 | 99.0 | 100.0 | | |",
+		"| beside the hostile account's attacks (100 ok, 2 errors) | 51.0 | 150.0 | 300.0 | 1.00× | 1.52× | 90%; bench 30%, backend 40% |",
+		"| quiet (the hostile account idle) (100 ok, 0 errors) | 51.0 | 99.0 | 100.0 | | | 10%; bench 1%, backend 2% |",
 		"p99 beside the attacks / quiet p99: 1.52× (limit 1.60×, `-hostile-max-p99-ratio`): held",
 		"| " + atkBurst + " | 34 | 200: 2, 201: 2, 409 HOST_SHARE_EXCEEDED: 30 | 812.5 | 0 |",
 		"failures of the hostile account's answers: 1",
