@@ -445,9 +445,11 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 
 	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: setting up")
 	victim, err := good.createRunning(ctx, map[string]any{"template": "base", "timeoutMs": 3600000})
-	if victim != "" {
-		defer func() { _ = good.delete(ctx, victim) }()
-	}
+	defer func() {
+		if victim != "" { // an error below: it goes all the same
+			_ = good.delete(ctx, victim)
+		}
+	}()
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +479,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 
 	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
 	measure := func(name string, cpu *string) *row {
-		fmt.Fprintf(os.Stderr, "soak: hostile neighbour: %s\n", name)
+		fmt.Fprintf(os.Stderr, "soak: %s\n", name)
 		w := startCPUWindow(b.proc.Pid())
 		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
 		*cpu = w.String()
@@ -577,11 +579,14 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	stop.Store(true)
 	wg.Wait()
 	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
-	for _, id := range evilIDs {
-		if err := evil.delete(ctx, id); err != nil {
-			fmt.Fprintf(os.Stderr, "soak: delete %s: %v\n", id, err)
-		}
+	// Every sandbox of the hostile account goes: a burst's or a job's
+	// delete answered 429 (never retried) leaves one behind.
+	if ids, err := evil.list(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "soak: hostile neighbour: listing the hostile sandboxes:", err)
+	} else {
+		evilIDs = ids
 	}
+	evil.deleteAll(ctx, evilIDs)
 	evilIDs = nil
 	if err := b.waitPool(ctx, o.pool); err != nil {
 		return nil, err

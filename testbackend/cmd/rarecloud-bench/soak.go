@@ -390,3 +390,27 @@ func (c *soakClient) run(ctx context.Context, id, cmd string) (string, error) {
 	}
 	return env.Data.Stdout, nil
 }
+
+// list is the ids of the account's sandboxes.
+func (c *soakClient) list(ctx context.Context) ([]string, error) {
+	status, data, err := c.do(ctx, http.MethodGet, "/sandboxes", nil)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("list: HTTP %d: %s", status, data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var env struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(env.Data))
+	for i, sb := range env.Data {
+		ids[i] = sb.ID
+	}
+	return ids, nil
+}
