@@ -68,6 +68,9 @@ func writeReportAs(rep *report, dir, base string) error {
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
+	if rep.Hostile != nil {
+		b.WriteString(rep.Hostile.markdown())
+	}
 	fmt.Print(b.String())
 	if err := os.WriteFile(filepath.Join(dir, base+".md"), b.Bytes(), 0o644); err != nil {
 		return err

@@ -76,7 +76,9 @@ func prepareBackend(ctx context.Context, work string) (bin, tokens string, err e
 		return "", "", err
 	}
 	tokens = filepath.Join(work, "tokens.json")
-	err = os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+token+`","account":"bench","scopes":["services:read","services:write"]}]}`), 0o600)
+	// The soak's hostile neighbour (hostile.go) is a second account.
+	err = os.WriteFile(tokens, []byte(`{"tokens":[{"token":"`+token+`","account":"bench","scopes":["services:read","services:write"]},`+
+		`{"token":"`+hostileToken+`","account":"hostile","scopes":["services:read","services:write"]}]}`), 0o600)
 	return bin, tokens, err
 }
 

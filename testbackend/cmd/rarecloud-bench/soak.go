@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ import (
 
 type soakOptions struct {
 	sandboxes, commands, clients, maxInFlight int
+	// only runs one phase: "load" (the many sandboxes beside the floor)
+	// or "hostile" (the hostile neighbour, hostile.go); "" runs both.
+	only    string
+	hostile hostileOptions
 }
 
 // soakResult is what a soak run reports besides its rows.
@@ -37,6 +42,9 @@ type soakResult struct {
 
 func runSoak(o options, so soakOptions, work string) error {
 	ctx := context.Background()
+	if so.only != "" && so.only != "load" && so.only != "hostile" {
+		return fmt.Errorf("-soak-only %q: want load or hostile", so.only)
+	}
 	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), Memory: map[string]string{}, Machine: machine()}
 	bin, tokens, err := prepareBackend(ctx, work)
 	if err != nil {
@@ -47,18 +55,45 @@ func runSoak(o options, so soakOptions, work string) error {
 		return err
 	}
 	defer rig.d.Close()
+	var problems []string
+	if so.only != "hostile" {
+		p, err := soakLoad(ctx, o, so, bin, tokens, work, rig, rep)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, p...)
+	}
+	if so.only != "load" {
+		p, err := soakHostile(ctx, o, so, bin, tokens, work, rig, rep)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, p...)
+	}
+	if err := writeReportAs(rep, o.out, "soak"); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("soak: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
 
+// soakLoad is the load phase: many sandboxes under many clients beside
+// the floor. It adds its rows and notes to the report and returns its
+// failures.
+func soakLoad(ctx context.Context, o options, so soakOptions, bin, tokens, work string, rig *floorRig, rep *report) ([]string, error) {
 	fmt.Fprintf(os.Stderr, "soak: floor: %d raw containers, %d execs, %d at once\n", so.sandboxes, so.commands, so.clients)
 	floorRow, floorWall, floorMem, err := soakFloor(ctx, rig, so)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rep.Memory[fmt.Sprintf("floor: host memory per idle raw container (%d, MemAvailable drop / %d)", so.sandboxes, so.sandboxes)] = fmt.Sprintf("%d kB", floorMem)
 
 	data := filepath.Join(work, "soak")
 	b, err := startBackend(bin, tokens, data, o.pool, o.out, "--max-in-flight", strconv.Itoa(so.maxInFlight))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stopped := false
 	defer func() {
@@ -67,7 +102,7 @@ func runSoak(o options, so soakOptions, work string) error {
 		}
 	}()
 	if err := b.waitPool(ctx, o.pool); err != nil {
-		return err
+		return nil, err
 	}
 	h := &soakClient{base: b.url, token: token}
 	res := soakResult{Floor: floorWall}
@@ -81,7 +116,7 @@ func runSoak(o options, so soakOptions, work string) error {
 		}
 	}()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res.Running = time.Since(start)
 	fmt.Fprintf(os.Stderr, "soak: %d sandboxes running after %v\n", len(ids), res.Running.Round(time.Millisecond))
@@ -106,13 +141,10 @@ func runSoak(o options, so soakOptions, work string) error {
 	res.Answers, res.Throttled, res.Errors = int(h.answers.Load()), int(h.throttled.Load()), int(h.errors.Load())+apiRow.Errors
 
 	rep.Notes = append(rep.Notes, soakNotes(so, o.pool, res, apiRow)...)
-	if err := writeReportAs(rep, o.out, "soak"); err != nil {
-		return err
-	}
 	if res.Errors > 0 || res.Leaked > 0 {
-		return fmt.Errorf("soak: %d errors, %d containers left", res.Errors, res.Leaked)
+		return []string{fmt.Sprintf("%d errors, %d containers left", res.Errors, res.Leaked)}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // soakNotes are the soak's figures against its targets (issue: at most
@@ -325,4 +357,60 @@ func (c *soakClient) delete(ctx context.Context, id string) error {
 		err = fmt.Errorf("HTTP %d: %s", status, data)
 	}
 	return err
+}
+
+// createRunning creates a sandbox from body and waits until it runs.
+func (c *soakClient) createRunning(ctx context.Context, body map[string]any) (string, error) {
+	status, data, err := c.do(ctx, http.MethodPost, "/sandboxes", body)
+	if err == nil && status != http.StatusCreated {
+		err = fmt.Errorf("create: HTTP %d: %s", status, data)
+	}
+	if err != nil {
+		return "", err
+	}
+	id := sandboxID(data)
+	return id, c.awaitRunning(ctx, id)
+}
+
+// run runs cmd in sandbox id and returns its stdout; a non-zero exit is
+// an error.
+func (c *soakClient) run(ctx context.Context, id, cmd string) (string, error) {
+	status, data, err := c.do(ctx, http.MethodPost, "/sandboxes/"+id+"/commands", map[string]any{"cmd": cmd, "timeoutMs": 120000})
+	if err != nil {
+		return "", err
+	}
+	var env struct {
+		Data struct {
+			Stdout   string `json:"stdout"`
+			ExitCode *int   `json:"exitCode"`
+		} `json:"data"`
+	}
+	if status != http.StatusOK || json.Unmarshal(data, &env) != nil || env.Data.ExitCode == nil || *env.Data.ExitCode != 0 {
+		return env.Data.Stdout, fmt.Errorf("command in %s: HTTP %d: %s", id, status, data)
+	}
+	return env.Data.Stdout, nil
+}
+
+// list is the ids of the account's sandboxes.
+func (c *soakClient) list(ctx context.Context) ([]string, error) {
+	status, data, err := c.do(ctx, http.MethodGet, "/sandboxes", nil)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("list: HTTP %d: %s", status, data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var env struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(env.Data))
+	for i, sb := range env.Data {
+		ids[i] = sb.ID
+	}
+	return ids, nil
 }

@@ -26,6 +26,8 @@ type report struct {
 	Memory  map[string]string `json:"memory"`
 	Costs   map[string]string `json:"costs"`
 	Notes   []string          `json:"notes"`
+	// Hostile is the soak's hostile-neighbour phase (hostile.go).
+	Hostile *hostileReport `json:"hostile,omitempty"`
 }
 
 func summarize(name string, samples []time.Duration, errs int) *row {

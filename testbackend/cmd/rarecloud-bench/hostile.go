@@ -1,0 +1,644 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
+)
+
+// The soak's hostile-neighbour phase (issue 27): one account runs the
+// attacks of issue 27 against a backend while another, well-behaved one
+// runs the soak's command; the well-behaved account's latency is
+// compared with its own quiet run before. Every answer the hostile
+// account gets is counted by status: each must be what its attack
+// expects, a 429 or 503 must say Retry-After, no other 5xx, and none may
+// take longer than hostileSlow.
+
+// hostileToken is the hostile account's token in the bench's tokens file.
+const hostileToken = "rc_pat_hostile"
+
+// hostileSlow is the longest a hostile request may take.
+const hostileSlow = 10 * time.Second
+
+// hostileWarmUp is how long the attacks run before the well-behaved
+// account is measured beside them.
+const hostileWarmUp = 3 * time.Second
+
+// hostileOptions are the phase's flags.
+type hostileOptions struct {
+	ops         int     // well-behaved commands per run
+	concurrency int     // goroutines per looping attack
+	maxP99Ratio float64 // the p99 ratio past which the soak fails
+	attacks     string  // -hostile-attacks: which attacks run
+}
+
+// attackKeys name the attacks for -hostile-attacks, in the issue's order.
+var attackKeys = []string{"long", "device", "burst", "dns", "read", "jobs"}
+
+// parseAttacks reads -hostile-attacks: a comma-separated list of
+// attackKeys, or "all".
+func parseAttacks(s string) (map[string]bool, error) {
+	on := map[string]bool{}
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		switch {
+		case k == "all":
+			for _, a := range attackKeys {
+				on[a] = true
+			}
+		case slices.Contains(attackKeys, k):
+			on[k] = true
+		default:
+			return nil, fmt.Errorf("-hostile-attacks: unknown attack %q (want all or some of %s)", k, strings.Join(attackKeys, ","))
+		}
+	}
+	return on, nil
+}
+
+// The hostile backend's capacity: the memory limits of all sandboxes may
+// add up to 12 GiB (14 GiB declared, 2 GiB kept for the host, no
+// overcommit), of which one account may hold half: 6 GiB, the flood's
+// python sandbox, the files' base sandbox and two more base sandboxes.
+// A create burst then passes the share at its third create instead of
+// after the 40 sandboxes this host's real memory would allow an account,
+// which on 2 cores would be a phase of its own.
+const (
+	hostileHostMemory = 14 << 30
+	hostileBurst      = 8 // creates at once per burst
+)
+
+// expect is what an attack's request may be answered: each status with
+// the error code it must carry ("" for any). A 429 or a 503 with
+// Retry-After is allowed everywhere.
+type expect map[int]string
+
+// judge says what is wrong with one answer of the hostile account, or ""
+// when nothing is.
+func judge(want expect, status int, code, retryAfter string, took time.Duration) string {
+	if took > hostileSlow {
+		return fmt.Sprintf("HTTP %d after %.1f s (more than %v)", status, took.Seconds(), hostileSlow)
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		if n, err := strconv.Atoi(retryAfter); err != nil || n <= 0 {
+			return fmt.Sprintf("HTTP %d %s without a Retry-After of whole seconds (%q)", status, code, retryAfter)
+		}
+		// Over its requests in flight, or the host out of something: what
+		// any request may be told, as long as it says when to come back.
+		return ""
+	}
+	wantCode, ok := want[status]
+	switch {
+	case !ok && status >= 500:
+		return fmt.Sprintf("HTTP %d %s: a 5xx other than 503", status, code)
+	case !ok:
+		return fmt.Sprintf("HTTP %d %s, not an answer this attack expects", status, code)
+	case wantCode != "" && code != wantCode:
+		return fmt.Sprintf("HTTP %d %s, want %s", status, code, wantCode)
+	}
+	return ""
+}
+
+// attackStats counts one attack's answers.
+type attackStats struct {
+	Name     string         `json:"name"`
+	ByStatus map[string]int `json:"byStatus"` // "409 HOST_SHARE_EXCEEDED", "transport error"
+	Slowest  float64        `json:"slowestMs"`
+	Failures int            `json:"failures"`
+}
+
+// hostileClient is the hostile account: one attempt per request, never
+// honouring Retry-After, each answer judged and counted.
+type hostileClient struct {
+	base   string
+	hc     *http.Client
+	mu     sync.Mutex
+	stats  map[string]*attackStats
+	order  []string
+	failed []string // the first failures, for the report
+}
+
+func newHostileClient(base string) *hostileClient {
+	return &hostileClient{base: base, stats: map[string]*attackStats{},
+		// A hung request ends here at the latest; past hostileSlow it is
+		// a failure anyway.
+		hc: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+func (c *hostileClient) attack(name string) *attackStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats[name]
+	if s == nil {
+		s = &attackStats{Name: name, ByStatus: map[string]int{}}
+		c.stats[name] = s
+		c.order = append(c.order, name)
+	}
+	return s
+}
+
+// do sends one request of an attack and returns the status and body
+// (status 0 for a transport error). With discard the body is read and
+// dropped, its length returned as the body's length in n.
+func (c *hostileClient) do(attack, method, path string, body []byte, want expect, discard bool) (status int, data []byte, n int64) {
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+hostileToken)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	t0 := time.Now()
+	resp, err := c.hc.Do(req)
+	var code, key, problem string
+	if err == nil {
+		if discard && resp.StatusCode == http.StatusOK {
+			n, err = io.Copy(io.Discard, resp.Body)
+		} else {
+			data, err = io.ReadAll(resp.Body)
+			n = int64(len(data))
+		}
+		resp.Body.Close()
+	}
+	took := time.Since(t0)
+	if err != nil {
+		key, problem = "transport error", fmt.Sprintf("%s %s: %v after %.1f s", method, path, err, took.Seconds())
+	} else {
+		status = resp.StatusCode
+		var env struct {
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if status >= 400 && json.Unmarshal(data, &env) == nil && env.Error != nil {
+			code = env.Error.Code
+		}
+		key = strings.TrimSpace(strconv.Itoa(status) + " " + code)
+		if p := judge(want, status, code, resp.Header.Get("Retry-After"), took); p != "" {
+			problem = method + " " + path + ": " + p
+		}
+	}
+	s := c.attack(attack)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.ByStatus[key]++
+	s.Slowest = max(s.Slowest, float64(took.Microseconds())/1000)
+	if problem != "" {
+		s.Failures++
+		if len(c.failed) < 20 {
+			c.failed = append(c.failed, attack+": "+problem)
+		}
+	}
+	return status, data, n
+}
+
+// fail records a failure that is not one answer (a file read short).
+func (c *hostileClient) fail(attack, problem string) {
+	s := c.attack(attack)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.Failures++
+	if len(c.failed) < 20 {
+		c.failed = append(c.failed, attack+": "+problem)
+	}
+}
+
+// hostileReport is the phase's outcome.
+type hostileReport struct {
+	Ops          int            `json:"ops"`
+	Quiet        *row           `json:"quiet"`
+	Loaded       *row           `json:"loaded"`
+	After        *row           `json:"after"`
+	QuietP99     float64        `json:"quietP99Ms"`
+	LoadedP99    float64        `json:"loadedP99Ms"`
+	AfterP99     float64        `json:"afterP99Ms"`
+	RatioP50     float64        `json:"ratioP50"`
+	RatioP99     float64        `json:"ratioP99"`
+	Limit        float64        `json:"limitP99"`
+	Attacks      []*attackStats `json:"attacks"`
+	Failures     []string       `json:"failures"`
+	FailureCount int            `json:"failureCount"`
+	Setup        []string       `json:"setup"`
+	// CPU says, per run (quiet, beside the attacks, after), how busy the
+	// host was and how much of that the bench process and the backend
+	// took.
+	CPU [3]string `json:"cpu"`
+}
+
+// cpuWindow measures the CPU of a run: the host's busy time, the bench
+// process's (the clients of both accounts) and the backend's.
+type cpuWindow struct {
+	t0                   time.Time
+	host, bench, backend time.Duration
+	pid                  int
+}
+
+func startCPUWindow(backendPid int) cpuWindow {
+	return cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), pid: backendPid}
+}
+
+func (w cpuWindow) String() string {
+	wall := time.Since(w.t0)
+	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
+	return fmt.Sprintf("%.0f%%; bench %.0f%%, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), share(pidCPU(w.pid)-w.backend))
+}
+
+// pidCPU is a process's CPU time so far (user and system), 0 when it
+// cannot be read.
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(fields[11], 10, 64)
+	k, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(u+k) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// verdict fills in the ratios of the loaded run to the quiet one.
+func (h *hostileReport) verdict() {
+	h.QuietP99, h.LoadedP99, h.AfterP99 = p99(h.Quiet), p99(h.Loaded), p99(h.After)
+	if h.Quiet.P50 > 0 && h.QuietP99 > 0 {
+		h.RatioP50, h.RatioP99 = h.Loaded.P50/h.Quiet.P50, h.LoadedP99/h.QuietP99
+	}
+}
+
+// held says whether the well-behaved account's p99 stayed within the limit.
+func (h *hostileReport) held() bool { return h.RatioP99 > 0 && h.RatioP99 <= h.Limit }
+
+func p99(r *row) float64 {
+	if r == nil || len(r.Samples) == 0 {
+		return 0
+	}
+	return pct(r.Samples, 0.99)
+}
+
+// problems are the phase's failures, for the soak's exit.
+func (h *hostileReport) problems() []string {
+	var out []string
+	for _, r := range []*row{h.Quiet, h.Loaded, h.After} {
+		if r != nil && r.Errors > 0 {
+			out = append(out, fmt.Sprintf("hostile neighbour: %d errors in %q", r.Errors, r.Name))
+		}
+	}
+	if h.FailureCount > 0 {
+		out = append(out, fmt.Sprintf("hostile neighbour: %d of the hostile account's answers were not what their attack allows (see the report)", h.FailureCount))
+	}
+	if !h.held() {
+		out = append(out, fmt.Sprintf("hostile neighbour: the well-behaved account's p99 went from %.1f ms quiet to %.1f ms beside the hostile one, %.2f× (limit %.2f×, -hostile-max-p99-ratio)", h.QuietP99, h.LoadedP99, h.RatioP99, h.Limit))
+	}
+	return out
+}
+
+// markdown is the phase's section of soak.md.
+func (h *hostileReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Hostile neighbour\n\n")
+	for _, s := range h.Setup {
+		fmt.Fprintf(&b, "- %s\n", s)
+	}
+	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
+	for _, x := range []struct {
+		name string
+		r    *row
+		p99  float64
+		cpu  string
+	}{{"quiet (the hostile account idle)", h.Quiet, h.QuietP99, h.CPU[0]}, {"beside the hostile account's attacks", h.Loaded, h.LoadedP99, h.CPU[1]}, {"quiet again, after them", h.After, h.AfterP99, h.CPU[2]}} {
+		if x.r == nil {
+			continue
+		}
+		ratios := "| |"
+		if h.Quiet.P50 > 0 && h.QuietP99 > 0 && x.r != h.Quiet {
+			ratios = fmt.Sprintf("%.2f× | %.2f× |", x.r.P50/h.Quiet.P50, x.p99/h.QuietP99)
+		}
+		fmt.Fprintf(&b, "| %s (%d ok, %d errors) | %.1f | %.1f | %.1f | %s %s |\n", x.name, x.r.Count, x.r.Errors, x.r.P50, x.p99, x.r.Max, ratios, x.cpu)
+	}
+	verdict := "held"
+	if !h.held() {
+		verdict = "NOT held"
+	}
+	fmt.Fprintf(&b, "\np99 beside the attacks / quiet p99: %.2f× (limit %.2f×, `-hostile-max-p99-ratio`): %s\n", h.RatioP99, h.Limit, verdict)
+	fmt.Fprintf(&b, "\n| hostile account's attack | requests | answers by status | slowest ms | failures |\n|---|---:|---|---:|---:|\n")
+	for _, a := range h.Attacks {
+		keys := make([]string, 0, len(a.ByStatus))
+		total := 0
+		for k, n := range a.ByStatus {
+			keys = append(keys, k)
+			total += n
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s: %d", k, a.ByStatus[k])
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %d |\n", a.Name, total, strings.Join(parts, ", "), a.Slowest, a.Failures)
+	}
+	fmt.Fprintf(&b, "\nfailures of the hostile account's answers: %d (each must be what its attack expects; a 429 or 503 with Retry-After; no other 5xx; none over %v)\n", h.FailureCount, hostileSlow)
+	for _, f := range h.Failures {
+		fmt.Fprintf(&b, "- %s\n", f)
+	}
+	return b.String()
+}
+
+// The attacks' names, as the report lists them.
+const (
+	atkLongNumber = "long numbers: PATCH and POST of 8 MiB bodies, one number each"
+	atkDevice     = "device files: GET files?path=/dev/zero, /dev/urandom"
+	atkBurst      = "create bursts past the host share (8 at once, each created deleted)"
+	atkDNS        = "DNS flood: an ALLOW_LIST sandbox floods its resolver from one UDP socket"
+	atkLargeRead  = "large reads: GET of an 8,000,000-byte file of '<'"
+	atkJobs       = "run-mode jobs printing 1 MiB each (create, wait, logs, delete)"
+)
+
+// floodName is what the flood asks for: not on its sandbox's list, so the
+// backend's forwarder answers NXDOMAIN itself and nothing leaves the
+// machine.
+const (
+	floodAllowed = "allowed.hostile.example"
+	floodName    = "flood.hostile.example"
+)
+
+// floodScript sends DNS queries for NAME to the sandbox's resolver as
+// fast as one UDP socket allows, for SECONDS, never reading an answer; it
+// touches /tmp/flooding once it has sent its first thousand (as
+// testbackend/isolation/dnsflood_test.go does).
+const floodScript = `import socket, struct, sys, time
+name, seconds = sys.argv[1], float(sys.argv[2])
+server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+q = struct.pack(">HHHHHH", 0x5253, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+end, sent = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    try:
+        s.sendto(q, (server, 53))
+        sent += 1
+    except BlockingIOError:
+        time.sleep(0.0005)
+    if sent == 1000:
+        open("/tmp/flooding", "w").close()
+`
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }
+
+// hostileBody is a body of one JSON number filling the API's 8 MiB limit.
+func hostileBody(field string) []byte {
+	const limit = 8 << 20 // api.MaxBodyBytes
+	head := `{"` + field + `":`
+	return []byte(head + strings.Repeat("1", limit-len(head)-1) + "}")
+}
+
+// soakHostile runs the hostile-neighbour phase on a backend of its own
+// and adds its rows and section to the report; it returns the phase's
+// failures.
+func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, work string, rig *floorRig, rep *report) ([]string, error) {
+	ho := so.hostile
+	on, err := parseAttacks(ho.attacks)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(work, "hostile")
+	b, err := startBackend(bin, tokens, data, o.pool, o.out, "--max-in-flight", strconv.Itoa(so.maxInFlight),
+		"--host-share", "0.5", "--host-memory", strconv.Itoa(hostileHostMemory), "--memory-overcommit", "1")
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			b.stop()
+		}
+	}()
+	if err := b.waitPool(ctx, o.pool); err != nil {
+		return nil, err
+	}
+	good := &soakClient{base: b.url, token: token}
+	evil := &soakClient{base: b.url, token: hostileToken}
+	var evilIDs []string
+	defer func() {
+		for _, id := range evilIDs {
+			_ = evil.delete(ctx, id)
+		}
+	}()
+
+	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: setting up")
+	victim, err := good.createRunning(ctx, map[string]any{"template": "base", "timeoutMs": 3600000})
+	defer func() {
+		if victim != "" { // an error below: it goes all the same
+			_ = good.delete(ctx, victim)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	files, err := evil.createRunning(ctx, map[string]any{"template": "base", "timeoutMs": 3600000})
+	if files != "" {
+		evilIDs = append(evilIDs, files)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out, err := evil.run(ctx, files, "head -c 8000000 /dev/zero | tr '\\0' '<' > /home/user/lt && wc -c < /home/user/lt"); err != nil || out != "8000000\n" {
+		return nil, fmt.Errorf("hostile neighbour: making the 8 MB file: %q, %v", out, err)
+	}
+	var flooder string
+	if on["dns"] {
+		flooder, err = evil.createRunning(ctx, map[string]any{"template": "python", "timeoutMs": 3600000, "egressMode": "ALLOW_LIST", "egressAllowlist": []string{floodAllowed}})
+		if flooder != "" {
+			evilIDs = append(evilIDs, flooder)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("hostile neighbour: the flood's ALLOW_LIST sandbox: %w", err)
+		}
+	}
+	if err := b.waitPool(ctx, o.pool); err != nil {
+		return nil, err
+	}
+
+	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
+	measure := func(name string, cpu *string) *row {
+		fmt.Fprintf(os.Stderr, "soak: %s\n", name)
+		w := startCPUWindow(b.proc.Pid())
+		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
+		*cpu = w.String()
+		return r
+	}
+	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), &h.CPU[0])
+
+	evc := newHostileClient(b.url)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	loop := func(key string, n int, f func()) {
+		if !on[key] {
+			return
+		}
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					f()
+				}
+			}()
+		}
+	}
+	long := hostileBody("timeoutMs")
+	loop("long", ho.concurrency, func() {
+		evc.do(atkLongNumber, http.MethodPatch, "/sandboxes/"+files, long, expect{422: "INVALID_TIMEOUT"}, false)
+		evc.do(atkLongNumber, http.MethodPost, "/sandboxes", long, expect{422: "INVALID_TIMEOUT"}, false)
+	})
+	loop("device", ho.concurrency, func() {
+		for _, dev := range []string{"/dev/zero", "/dev/urandom"} {
+			evc.do(atkDevice, http.MethodGet, "/sandboxes/"+files+"/files?path="+dev, nil, expect{400: "FILE_NOT_REGULAR"}, false)
+		}
+	})
+	loop("read", ho.concurrency, func() {
+		st, _, n := evc.do(atkLargeRead, http.MethodGet, "/sandboxes/"+files+"/files?path=/home/user/lt", nil, expect{200: ""}, true)
+		if st == http.StatusOK && n < 8_000_000 {
+			evc.fail(atkLargeRead, fmt.Sprintf("an answer of %d bytes for a file of 8,000,000", n))
+		}
+	})
+	create := expect{201: "", 409: "HOST_SHARE_EXCEEDED"}
+	gone := expect{200: "", 404: ""}
+	loop("burst", 1, func() {
+		var bw sync.WaitGroup
+		for range hostileBurst {
+			bw.Add(1)
+			go func() {
+				defer bw.Done()
+				if st, body, _ := evc.do(atkBurst, http.MethodPost, "/sandboxes", []byte(`{"template":"base","timeoutMs":60000}`), create, false); st == http.StatusCreated {
+					evc.do(atkBurst, http.MethodDelete, "/sandboxes/"+sandboxID(body), nil, gone, false)
+				}
+			}()
+		}
+		bw.Wait()
+		time.Sleep(250 * time.Millisecond)
+	})
+	job := []byte(`{"template":"base","cmd":["sh","-c","head -c 1048576 /dev/zero | tr '\\0' x"]}`)
+	loop("jobs", ho.concurrency, func() {
+		st, body, _ := evc.do(atkJobs, http.MethodPost, "/sandboxes", job, create, false)
+		if st != http.StatusCreated {
+			time.Sleep(250 * time.Millisecond)
+			return
+		}
+		id := sandboxID(body)
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+			st, body, _ := evc.do(atkJobs, http.MethodGet, "/sandboxes/"+id+"?waitFor=exited,terminated&timeoutMs=5000", nil, expect{200: ""}, false)
+			if st == http.StatusOK && (bytes.Contains(body, []byte(`"status":"exited"`)) || bytes.Contains(body, []byte(`"status":"terminated"`))) {
+				if st, _, n := evc.do(atkJobs, http.MethodGet, "/sandboxes/"+id+"/logs", nil, expect{200: ""}, true); st == http.StatusOK && n < 1<<20 {
+					evc.fail(atkJobs, fmt.Sprintf("logs of %d bytes, want 1 MiB and more", n))
+				}
+				break
+			}
+			if st != http.StatusOK && st != http.StatusTooManyRequests {
+				break
+			}
+		}
+		evc.do(atkJobs, http.MethodDelete, "/sandboxes/"+id, nil, gone, false)
+	})
+	if on["dns"] {
+		// The flood runs inside its sandbox, bounded by its own clock and by
+		// the sandbox's delete; it is under way once it has sent a thousand.
+		ran := expect{200: ""}
+		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", shellQuote(floodScript), floodName), "timeoutMs": 20000})
+		evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
+		flooding := false
+		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
+			_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e /tmp/flooding","timeoutMs":20000}`), ran, false)
+			flooding = bytes.Contains(body, []byte(`"exitCode":0`))
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !flooding {
+			evc.fail(atkDNS, "the flood never sent its first thousand queries")
+		}
+	}
+	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
+	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), &h.CPU[1])
+	stop.Store(true)
+	wg.Wait()
+	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
+	// Every sandbox of the hostile account goes: a burst's or a job's
+	// delete answered 429 (never retried) leaves one behind.
+	if ids, err := evil.list(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "soak: hostile neighbour: listing the hostile sandboxes:", err)
+	} else {
+		evilIDs = ids
+	}
+	evil.deleteAll(ctx, evilIDs)
+	evilIDs = nil
+	if err := b.waitPool(ctx, o.pool); err != nil {
+		return nil, err
+	}
+	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), &h.CPU[2])
+	if err := good.delete(ctx, victim); err != nil {
+		return nil, err
+	}
+	victim = ""
+	b.stop()
+	stopped = true
+	leaked := leftContainers(ctx, rig, instance.ID(data))
+
+	for _, name := range evc.order {
+		h.Attacks = append(h.Attacks, evc.stats[name])
+		h.FailureCount += evc.stats[name].Failures
+	}
+	h.Failures = evc.failed
+	h.verdict()
+	h.Setup = []string{
+		fmt.Sprintf("a backend of its own (--max-in-flight %d, warm pool %d, --host-share 0.5, --host-memory %d GiB, --memory-overcommit 1: the account's share is 6 GiB, the flood's python sandbox, the files' base sandbox and two more), two accounts; the hostile one never honours Retry-After", so.maxInFlight, o.pool, hostileHostMemory>>30),
+		fmt.Sprintf("the well-behaved account: %d × `echo` in one base sandbox, one at a time, quiet, then beside the attacks, then quiet again once they stopped and the hostile sandboxes are deleted", ho.ops),
+		fmt.Sprintf("the hostile account's attacks (-hostile-attacks): %s", strings.Join(slices.DeleteFunc(slices.Clone(attackKeys), func(k string) bool { return !on[k] }), ", ")),
+		fmt.Sprintf("the hostile account: each attack in %d goroutines looping as fast as their answers come (create bursts: one loop, %d at once, every 250 ms; the DNS flood: one for the whole run), on the same %d cores as the backend and the well-behaved account", ho.concurrency, hostileBurst, runtime.NumCPU()),
+	}
+	rep.Hostile = h
+	h.Loaded.Floor, h.Loaded.Ratio, h.Loaded.RatioP95 = h.Quiet.Name, ratio(h.Loaded.P50, h.Quiet.P50), ratio(h.Loaded.P95, h.Quiet.P95)
+	h.After.Floor, h.After.Ratio, h.After.RatioP95 = h.Quiet.Name, ratio(h.After.P50, h.Quiet.P50), ratio(h.After.P95, h.Quiet.P95)
+	rep.Rows = append(rep.Rows, h.Quiet, h.Loaded, h.After)
+	problems := h.problems()
+	if leaked != 0 {
+		problems = append(problems, fmt.Sprintf("hostile neighbour: %d containers left after deleting every sandbox and stopping the backend", leaked))
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("hostile neighbour: the well-behaved account's p99 %.1f ms quiet, %.1f ms beside the attacks: %.2f× (limit %.2f×); hostile answers not allowed: %d; containers left: %d",
+		h.QuietP99, h.LoadedP99, h.RatioP99, h.Limit, h.FailureCount, leaked))
+	return problems, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// sandboxID is the id in a create's answer.
+func sandboxID(body []byte) string {
+	var env struct {
+		Data struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(body, &env)
+	return env.Data.ID
+}
