@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,65 +24,22 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/egress"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/failpoint"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
-var (
-	fpOnce sync.Once
-	fpPath string
-	fpErr  error
-)
-
-// failpointBinary builds the command with failpoints once per test run.
-func failpointBinary(t *testing.T) string {
-	t.Helper()
-	fpOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rarecloud-fpbin-") //nolint:usetesting // built once for every test, removed in TestMain
-		if err != nil {
-			fpErr = err
-			return
-		}
-		fpPath = filepath.Join(dir, "rarecloud-testbackend")
-		fpErr = backendproc.Build(context.Background(), fpPath, "failpoints")
-	})
-	if fpErr != nil {
-		t.Fatal(fpErr)
-	}
-	return fpPath
-}
-
 // startArmed starts the failpoint build on data with point armed ("" for
 // none) and a warm pool of pool containers, and kills it when the test
 // ends.
 func startArmed(t *testing.T, data, tokens, addr string, point failpoint.Point, pool int) *process {
 	t.Helper()
-	logPath := filepath.Join(data, "..", "backend.log")
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var env []string
 	if point != "" {
 		env = []string{failpoint.Env + "=" + string(point)}
 	}
-	p, err := backendproc.Start(backendproc.Options{
-		Binary:        failpointBinary(t),
-		Addr:          addr,
-		Args:          []string{"--data", data, "--tokens", tokens, "--pull", "never", "--pool-size", strconv.Itoa(pool)},
-		Env:           env,
-		Log:           log,
-		ListenTimeout: time.Minute,
-	})
-	if err != nil {
-		out, _ := os.ReadFile(logPath)
-		t.Fatalf("%v\n%s", err, out)
-	}
-	t.Cleanup(p.Kill)
-	return &process{Process: p, addr: p.Addr}
+	return startBinary(t, failpointsBuild.get(t), env, data, tokens, addr, "--pool-size", strconv.Itoa(pool))
 }
 
 // crashCase is one way to crash: a failpoint that kills the backend while

@@ -20,29 +20,39 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
+// binary is the backend command built once per test run, with tags.
+type binary struct {
+	once sync.Once
+	tags []string
+	path string
+	err  error
+}
+
 var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
+	plainBinary     = &binary{}
+	failpointsBuild = &binary{tags: []string{"failpoints"}}
 )
 
-// backendBinary builds the command once per test run.
-func backendBinary(t *testing.T) string {
+// get builds the command on first use.
+func (b *binary) get(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rarecloud-bin-") //nolint:usetesting // built once for every test, removed in TestMain
 		if err != nil {
-			binErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "rarecloud-testbackend")
-		binErr = backendproc.Build(context.Background(), binPath)
+		b.path = filepath.Join(dir, "rarecloud-testbackend")
+		b.err = backendproc.Build(context.Background(), b.path, b.tags...)
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
+
+// backendBinary is the command as it ships.
+func backendBinary(t *testing.T) string { return plainBinary.get(t) }
 
 // process is a backend running as its own process, so it can be killed.
 type process struct {
@@ -60,15 +70,24 @@ func startProcess(t *testing.T, data, tokens, addr string) *process {
 // startProcessArgs is startProcess with more arguments.
 func startProcessArgs(t *testing.T, data, tokens, addr string, more ...string) *process {
 	t.Helper()
+	return startBinary(t, backendBinary(t), nil, data, tokens, addr, more...)
+}
+
+// startBinary starts bin with env added to its environment, on data (its
+// log beside data), on addr or a free port, and kills it when the test
+// ends.
+func startBinary(t *testing.T, bin string, env []string, data, tokens, addr string, more ...string) *process {
+	t.Helper()
 	logPath := filepath.Join(data, "..", "backend.log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := backendproc.Start(backendproc.Options{
-		Binary:        backendBinary(t),
+		Binary:        bin,
 		Addr:          addr,
 		Args:          append([]string{"--data", data, "--tokens", tokens, "--pull", "never"}, more...),
+		Env:           env,
 		Log:           log,
 		ListenTimeout: time.Minute,
 	})

@@ -72,8 +72,10 @@ func startBackend(dir string, cfg testbackend.Config) (*testbackend.Backend, err
 func TestMain(m *testing.M) {
 	code := m.Run()
 	registrytest.Cleanup()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	for _, b := range []*binary{plainBinary, failpointsBuild} {
+		if b.path != "" {
+			os.RemoveAll(filepath.Dir(b.path))
+		}
 	}
 	if shared != nil {
 		apitest.DeleteAll(shared.URL(), 0, tokA, tokB)

@@ -21,18 +21,7 @@ import (
 // instanceContainers counts the containers of the backend on data.
 func instanceContainers(t *testing.T, data string) int {
 	t.Helper()
-	rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := rt.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(cs)
+	return len(listInstance(t, data))
 }
 
 // writeTokens writes the tokens file a backend process reads.

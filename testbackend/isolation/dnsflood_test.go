@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/apitest"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/attacks"
 )
 
 // lookupScript resolves NAME N times in a row and prints each lookup's
@@ -29,27 +30,6 @@ for _ in range(n):
     except Exception:
         out.append(-1)
 print(json.dumps(out))
-`
-
-// floodScript sends DNS queries for NAME to the sandbox's resolver as fast
-// as one UDP socket allows, for SECONDS, never reading an answer; it
-// touches /tmp/flooding once it has sent its first thousand.
-const floodScript = `import socket, struct, sys, time
-name, seconds = sys.argv[1], float(sys.argv[2])
-server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
-q = struct.pack(">HHHHHH", 0x5253, 0x0100, 1, 0, 0, 0)
-q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setblocking(False)
-end, sent = time.monotonic() + seconds, 0
-while time.monotonic() < end:
-    try:
-        s.sendto(q, (server, 53))
-        sent += 1
-    except BlockingIOError:
-        time.sleep(0.0005)
-    if sent == 1000:
-        open("/tmp/flooding", "w").close()
 `
 
 // heapAndFDs is the backend process's live heap (after a GC), its
@@ -110,7 +90,7 @@ func TestEgressDNSFlood(t *testing.T) {
 
 	run := func(id string) []float64 {
 		t.Helper()
-		out := ok(t, "lookups", c.command(id, fmt.Sprintf("python3 -c %s %s 40", shellQuote(lookupScript), nameA), 120000))
+		out := ok(t, "lookups", c.command(id, fmt.Sprintf("python3 -c %s %s 40", attacks.ShellQuote(lookupScript), nameA), 120000))
 		var ms []float64
 		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &ms); err != nil || len(ms) != 40 {
 			t.Fatalf("lookups printed %q: %v", out, err)
@@ -122,7 +102,7 @@ func TestEgressDNSFlood(t *testing.T) {
 
 	// The flood, in the background inside its sandbox, bounded by its own
 	// clock; the test waits until it is under way.
-	ok(t, "start the flood", c.command(flooder, fmt.Sprintf("nohup python3 -c %s %s 40 >/dev/null 2>&1 &", shellQuote(floodScript), nameA), 20000))
+	ok(t, "start the flood", c.command(flooder, fmt.Sprintf("nohup python3 -c %s %s 40 >/dev/null 2>&1 &", attacks.ShellQuote(attacks.DNSFloodScript), nameA), 20000))
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r := c.command(flooder, "test -e /tmp/flooding", 20000)
@@ -166,6 +146,3 @@ func TestEgressDNSFlood(t *testing.T) {
 		t.Errorf("the backend's descriptors grew from %d to %d under the flood", fds0, fds1)
 	}
 }
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/attacks"
 )
 
 // The soak's hostile-neighbour phase (issue 27): one account runs the
@@ -378,31 +379,6 @@ const (
 	floodName    = "flood.hostile.example"
 )
 
-// floodScript sends DNS queries for NAME to the sandbox's resolver as
-// fast as one UDP socket allows, for SECONDS, never reading an answer; it
-// touches /tmp/flooding once it has sent its first thousand (as
-// testbackend/isolation/dnsflood_test.go does).
-const floodScript = `import socket, struct, sys, time
-name, seconds = sys.argv[1], float(sys.argv[2])
-server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
-q = struct.pack(">HHHHHH", 0x5253, 0x0100, 1, 0, 0, 0)
-q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setblocking(False)
-end, sent = time.monotonic() + seconds, 0
-while time.monotonic() < end:
-    try:
-        s.sendto(q, (server, 53))
-        sent += 1
-    except BlockingIOError:
-        time.sleep(0.0005)
-    if sent == 1000:
-        open("/tmp/flooding", "w").close()
-`
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }
-
 // hostileBody is a body of one JSON number filling the API's 8 MiB limit.
 func hostileBody(field string) []byte {
 	const limit = 8 << 20 // api.MaxBodyBytes
@@ -562,7 +538,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		// The flood runs inside its sandbox, bounded by its own clock and by
 		// the sandbox's delete; it is under way once it has sent a thousand.
 		ran := expect{200: ""}
-		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", shellQuote(floodScript), floodName), "timeoutMs": 20000})
+		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", attacks.ShellQuote(attacks.DNSFloodScript), floodName), "timeoutMs": 20000})
 		evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
 		flooding := false
 		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
