@@ -105,7 +105,7 @@ func TestEgressDNSFlood(t *testing.T) {
 	ok(t, "start the flood", c.command(flooder, fmt.Sprintf("nohup python3 -c %s %s 40 >/dev/null 2>&1 &", attacks.ShellQuote(attacks.DNSFloodScript), nameA), 20000))
 	deadline := time.Now().Add(time.Minute)
 	for {
-		r := c.command(flooder, "test -e /tmp/flooding", 20000)
+		r := c.command(flooder, "test -e "+attacks.DNSFloodMark, 20000)
 		if r.ExitCode != nil && *r.ExitCode == 0 {
 			break
 		}

@@ -542,7 +542,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 		evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
 		flooding := false
 		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
-			_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e /tmp/flooding","timeoutMs":20000}`), ran, false)
+			_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e `+attacks.DNSFloodMark+`","timeoutMs":20000}`), ran, false)
 			flooding = bytes.Contains(body, []byte(`"exitCode":0`))
 			time.Sleep(100 * time.Millisecond)
 		}

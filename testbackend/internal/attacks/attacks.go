@@ -5,9 +5,13 @@ package attacks
 
 import "strings"
 
+// DNSFloodMark is the file, in the sandbox, that DNSFloodScript touches
+// once it floods.
+const DNSFloodMark = "/home/user/flooding"
+
 // DNSFloodScript sends DNS queries for NAME to the sandbox's resolver as fast
 // as one UDP socket allows, for SECONDS, never reading an answer; it
-// touches /tmp/flooding once it has sent its first thousand.
+// touches DNSFloodMark once it has sent its first thousand.
 const DNSFloodScript = `import socket, struct, sys, time
 name, seconds = sys.argv[1], float(sys.argv[2])
 server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
@@ -23,7 +27,7 @@ while time.monotonic() < end:
     except BlockingIOError:
         time.sleep(0.0005)
     if sent == 1000:
-        open("/tmp/flooding", "w").close()
+        open("` + DNSFloodMark + `", "w").close()
 `
 
 // ShellQuote quotes s as one word for sh.
