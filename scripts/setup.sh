@@ -674,13 +674,29 @@ ensure_egress() {
 	# Redirected to the gateway from the gateway (port 53): no other rule
 	# DNATs there. No "-i": the bridge's accepts are its DNS ones alone.
 	local spec=(-d "$RC_NET_GATEWAY/32" -m conntrack --ctstate DNAT --ctorigdst "$RC_NET_GATEWAY/32" -m comment --comment "$RC_FW_COMMENT" -j ACCEPT)
-	if iptables -w -C INPUT "${spec[@]}" 2>/dev/null; then
+	if egress_accept_first; then
 		summary+=("egress ok")
 		return
 	fi
+	# Missing, or behind the bridge's reject (which shadows it: the backend
+	# then refuses egress control): every copy goes, one goes on top.
+	while iptables -w -D INPUT "${spec[@]}" 2>/dev/null; do :; done
 	iptables -w -I INPUT 1 "${spec[@]}" || die "iptables -I INPUT 1 ${spec[*]} failed"
-	log "egress control: INPUT accepts redirected DNS to $RC_NET_GATEWAY"
-	summary+=("egress accept rule added")
+	egress_accept_first || die "the egress accept rule is not ahead of the INPUT reject for $RC_NET_BRIDGE (iptables -S INPUT)"
+	log "egress control: INPUT accepts redirected DNS to $RC_NET_GATEWAY, ahead of the bridge's reject"
+	summary+=("egress accept rule placed")
+}
+
+# egress_accept_first succeeds when INPUT accepts DNS redirected to the
+# gateway before its first reject or drop of the bridge.
+egress_accept_first() {
+	iptables -w -S INPUT 2>/dev/null | awk -v br="-i $RC_NET_BRIDGE " -v gw="$RC_NET_GATEWAY" '
+		/ --ctstate DNAT / && / -j ACCEPT$/ {
+			for (i = 1; i < NF; i++)
+				if ($i == "--ctorigdst" && ($(i + 1) == gw || $(i + 1) == gw "/32")) { found = 1; exit }
+		}
+		index($0, br) && / -j (REJECT|DROP)( |$)/ { exit }
+		END { exit !found }'
 }
 
 # ---------------------------------------------------------------- 7. images

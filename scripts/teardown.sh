@@ -97,19 +97,27 @@ if ((purge)); then
 	# under the exec root after its last sandbox: unmount those.
 	findmnt -rn -o TARGET,FSTYPE | awk -v r="$RC_EXEC_ROOT/" 'index($1, r) == 1 && $2 == "nsfs" {print $1}' |
 		while read -r m; do umount "$m" || umount -l "$m" || true; done
+	# dockerd bind-mounts its data root onto itself and can leave that
+	# mount behind when it stops: unmount the data root's own bind only.
+	findmnt -rn -o TARGET,SOURCE | awk -v r="$RC_DATA_ROOT" '$1 == r && index($2, "[" r "]") > 0 {print $1}' |
+		while read -r m; do umount "$m" || umount -l "$m" || true; done
 	if grep -q -e "^$RC_DATA_ROOT" -e "^$RC_EXEC_ROOT" <<<"$(findmnt -rn -o TARGET)"; then
 		die "mounts remain under $RC_DATA_ROOT or $RC_EXEC_ROOT; not deleting (check findmnt)"
 	fi
 	rm -rf "$RC_DATA_ROOT" "$RC_EXEC_ROOT" "$RC_RUN" "$RC_DATA/build"
-	# Delete every rule carrying our comment, in every chain we used.
+	# Delete every rule carrying our comment, in every chain we used, by
+	# its number (last first): a rule printed by -S does not always read
+	# back as the same rule (the conntrack match of egress control's
+	# accept), and one left behind would keep its place above the rules
+	# the next setup inserts.
 	n=0
 	for tool in iptables ip6tables; do
 		command -v "$tool" >/dev/null || continue
-		while read -r rule; do
-			[[ -n $rule ]] || continue
-			# "-A CHAIN spec..." -> "-D CHAIN spec..."
-			eval "$tool -w -D ${rule#-A }" && n=$((n + 1))
-		done < <("$tool" -w -S 2>/dev/null | grep -e "--comment \"\?$RC_FW_COMMENT\"\?" || true)
+		for chain in $("$tool" -w -S 2>/dev/null | grep -e "--comment \"\?$RC_FW_COMMENT\"\?" | awk '{print $2}' | sort -u); do
+			for num in $("$tool" -w -n -L "$chain" --line-numbers 2>/dev/null | awk -v c="/* $RC_FW_COMMENT */" 'index($0, c) {print $1}' | sort -rn); do
+				"$tool" -w -D "$chain" "$num" && n=$((n + 1))
+			done
+		done
 	done
 	# Egress control: every backend's nftables table (testbackend/egress);
 	# with the engine gone no sandbox is left that they could restrict.

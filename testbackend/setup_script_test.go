@@ -93,3 +93,75 @@ start_tofu() { echo "start_tofu called"; fake_build ok; }
 		})
 	}
 }
+
+// TestSetupPlacesTheEgressAcceptAheadOfTheReject runs ensure_egress
+// against a stand-in iptables holding INPUT as a list: with the accept for
+// redirected DNS missing, or present but behind the bridge's reject (what
+// a purge that left it behind and a later setup made: the backend then
+// refuses egress control while setup said "egress ok"), it ends with one
+// accept, ahead of the reject; with it ahead already, nothing changes.
+func TestSetupPlacesTheEgressAcceptAheadOfTheReject(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		dnsAccept = "-A INPUT -d 172.30.99.1/32 -i rcsbx0 -p udp -m udp --dport 53 -m comment --comment rarecloud-sandbox -j ACCEPT"
+		reject    = "-A INPUT -i rcsbx0 -m comment --comment rarecloud-sandbox -j REJECT --reject-with icmp-port-unreachable"
+		egress    = "-A INPUT -d 172.30.99.1/32 -m conntrack --ctstate DNAT --ctorigdst 172.30.99.1 -m comment --comment rarecloud-sandbox -j ACCEPT"
+	)
+	// The stand-in keeps INPUT in a file: -S prints it, -I INPUT 1 puts a
+	// rule on top, -D INPUT removes the first equal rule (or fails).
+	const fake = `#!/bin/bash
+rules=$RULES
+[[ $1 == -w ]] && shift
+op=$1; shift
+chain=$1; shift
+[[ $op == -I ]] && shift # the position: always 1 here
+spec="-A $chain $*"
+spec=${spec//\/32 -m comment/ -m comment}
+spec=${spec//--ctorigdst 172.30.99.1\/32/--ctorigdst 172.30.99.1}
+case $op in
+-S) echo "-P INPUT ACCEPT"; cat "$rules" ;;
+-I) { echo "$spec"; cat "$rules"; } >"$rules.new" && mv "$rules.new" "$rules" ;;
+-D) n=$(grep -nxF -- "$spec" "$rules" | head -1 | cut -d: -f1); [[ -n $n ]] || exit 1; sed -i "${n}d" "$rules" ;;
+*) exit 2 ;;
+esac
+`
+	for name, tc := range map[string]struct{ before, after []string }{
+		"missing":           {[]string{dnsAccept, reject}, []string{egress, dnsAccept, reject}},
+		"behind the reject": {[]string{dnsAccept, reject, egress}, []string{egress, dnsAccept, reject}},
+		"ahead already":     {[]string{egress, dnsAccept, reject}, []string{egress, dnsAccept, reject}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "iptables"), []byte(fake), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "nft"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rules := filepath.Join(dir, "rules")
+			if err := os.WriteFile(rules, []byte(strings.Join(tc.before, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Only the functions: setup itself changes the machine.
+			cmd := exec.Command("bash", "-c", `source <(sed -n '/^ensure_egress()/,/^}/p; /^egress_accept_first()/,/^}/p' "$1")
+RC_NET_GATEWAY=172.30.99.1 RC_NET_BRIDGE=rcsbx0 RC_FW_COMMENT=rarecloud-sandbox summary=()
+log() { :; }; die() { echo "die: $*"; exit 1; }
+ensure_egress; echo "${summary[*]}"`, "egress", script)
+			cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "RULES="+rules)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("ensure_egress: %v\n%s", err, out)
+			}
+			got, err := os.ReadFile(rules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.Join(tc.after, "\n") + "\n"; string(got) != want {
+				t.Fatalf("INPUT after ensure_egress (%s):\n%s\nwant:\n%s", strings.TrimSpace(string(out)), got, want)
+			}
+		})
+	}
+}
