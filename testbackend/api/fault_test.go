@@ -164,18 +164,7 @@ func TestKilledDuringCreate(t *testing.T) {
 			if out := c.command(sb.ID, "echo alive"); out.Stdout != "alive\n" {
 				t.Fatalf("sandbox: %+v", out)
 			}
-			rt, err := docker.New(docker.Options{Instance: instance.ID(data)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rt.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			cs, err := rt.List(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(cs) != 1 || cs[0].Labels[container.LabelSandboxID] != sb.ID {
+			if cs := listInstance(t, data); len(cs) != 1 || cs[0].Labels[container.LabelSandboxID] != sb.ID {
 				t.Fatalf("containers after reconciliation: %+v", cs)
 			}
 			c.Do("DELETE", "/sandboxes/"+sb.ID, tokA, nil, nil)
