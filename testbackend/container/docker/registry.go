@@ -100,17 +100,10 @@ func (p *registryPolicy) check(ctx context.Context, ref string) error {
 	if p.allowed(domain) {
 		return nil
 	}
-	var addrs []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{ip}
-	} else {
-		lctx, cancel := context.WithTimeout(ctx, p.lookupTimeout)
-		addrs, err = p.resolver.LookupNetIP(lctx, "ip", host)
-		cancel()
-		if err != nil || len(addrs) == 0 {
-			return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
-				"image %q could not be pulled: its registry %s does not resolve from the backend; check the name, or use an image from a public registry", ref, domain)}
-		}
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
+			"image %q could not be pulled: its registry %s does not resolve from the backend; check the name, or use an image from a public registry", ref, domain)}
 	}
 	for _, a := range addrs {
 		if why := blockedAddr(a); why != "" {
@@ -118,6 +111,25 @@ func (p *registryPolicy) check(ctx context.Context, ref string) error {
 		}
 	}
 	return nil
+}
+
+// resolve is host's addresses: host itself when it is one, else what the
+// policy's resolver answers within lookupTimeout (none is an error). The
+// policy's check and the download's dialer both judge what it returns.
+func (p *registryPolicy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip}, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, p.lookupTimeout)
+	defer cancel()
+	addrs, err := p.resolver.LookupNetIP(lctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
+	return addrs, nil
 }
 
 func registryRefused(ref, domain, why string) *container.ImageRefusedError {
@@ -244,19 +256,9 @@ func (pd *pullDialer) DialContext(ctx context.Context, network, addr string) (ne
 	if err != nil {
 		return nil, err
 	}
-	var addrs []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{ip}
-	} else {
-		lctx, cancel := context.WithTimeout(ctx, p.lookupTimeout)
-		addrs, err = p.resolver.LookupNetIP(lctx, "ip", host)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		if len(addrs) == 0 {
-			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-		}
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return nil, err
 	}
 	for _, a := range addrs {
 		if why := blockedAddr(a); why != "" {
