@@ -53,12 +53,6 @@ const (
 // characters fits with room for JSON escaping.
 const MaxBodyBytes = 8 << 20
 
-// MaxNumberLen bounds a number literal in a request body: longer than
-// any value a field takes (an int64 has at most 20 characters), short
-// enough that nothing costs more to read than the bytes it came in.
-// decode refuses a longer one before anything parses it.
-const MaxNumberLen = 32
-
 // statusOf maps an error code to its HTTP status.
 var statusOf = map[string]int{
 	CodeUnauthorized:                  http.StatusUnauthorized,
@@ -397,8 +391,14 @@ func other(scope string) string {
 
 // decode reads a JSON body strictly: one object, known fields, valid UTF-8.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := io.ReadAll(newNumberGuard(http.MaxBytesReader(w, r.Body, MaxBodyBytes)))
 	if err != nil {
+		if e, ok := errors.AsType[*sandbox.Error](err); ok {
+			// A number too long: the rest of the body is not read, so the
+			// connection cannot carry another request.
+			w.Header().Set("Connection", "close")
+			return e
+		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return apiErr(sandbox.CodePayloadTooLarge, "request body is larger than %d bytes", MaxBodyBytes)
@@ -418,9 +418,6 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if !utf8.Valid(body) {
 		return apiErr(CodeInvalidEncoding, "request body is not valid UTF-8")
 	}
-	if err := checkNumbers(body); err != nil {
-		return err
-	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -430,90 +427,6 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return apiErr(CodeInvalidJSON, "request body has data after the JSON object")
 	}
 	return nil
-}
-
-// timeoutFields are the fields whose over-long number is a bad timeout
-// (422 INVALID_TIMEOUT) rather than a malformed body.
-var timeoutFields = map[string]bool{"timeoutMs": true, "idleTimeoutMs": true}
-
-// checkNumbers refuses a body with a number literal longer than
-// MaxNumberLen, in one pass over its bytes and before anything parses it:
-// turning a long literal into an integer costs the square of its length
-// (an 8 MiB one took minutes), and an error message that quotes it would
-// send it back. A number in a top-level timeout field is a bad value
-// (422 INVALID_TIMEOUT, as any other bad timeout); anywhere else it is a
-// malformed body (400 INVALID_REQUEST). Bodies that are not JSON are left
-// to the decoder.
-func checkNumbers(body []byte) error {
-	var (
-		depth     int  // nesting of objects and arrays
-		inString  bool // inside a string
-		escaped   bool // the byte before was a backslash in a string
-		strStart  int  // where the last string began (its opening quote)
-		lastStr   []byte
-		field     []byte // the top-level key whose value is being read
-		numStart  = -1   // where the number being read began
-		topObject bool   // the body is an object
-	)
-	for i := 0; i <= len(body); i++ {
-		var b byte
-		if i < len(body) {
-			b = body[i]
-		}
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
-				lastStr = body[strStart : i+1]
-			}
-			continue
-		}
-		if numStart >= 0 {
-			if i < len(body) && (b >= '0' && b <= '9' || b == '.' || b == 'e' || b == 'E' || b == '+' || b == '-') {
-				if i-numStart >= MaxNumberLen {
-					return longNumberErr(field, depth, topObject)
-				}
-				continue
-			}
-			numStart = -1
-		}
-		switch {
-		case b == '"':
-			inString, strStart = true, i
-		case b == '-' || b >= '0' && b <= '9':
-			numStart = i
-		case b == '{' || b == '[':
-			if depth == 0 && b == '{' {
-				topObject = true
-			}
-			depth++
-		case b == '}' || b == ']':
-			depth--
-		case b == ':' && depth == 1:
-			field = lastStr
-		}
-	}
-	return nil
-}
-
-func longNumberErr(rawField []byte, depth int, topObject bool) error {
-	var field string
-	if topObject && len(rawField) <= 64 {
-		_ = json.Unmarshal(rawField, &field)
-	}
-	switch {
-	case depth == 1 && timeoutFields[field]:
-		e := apiErr(sandbox.CodeInvalidTimeout, "%s is a number of more than %d characters; send an integer number of milliseconds (values above %d are clamped to it)", field, MaxNumberLen, sandbox.MaxTimeoutMs)
-		e.Unprocessable = true
-		return e
-	case field != "":
-		return apiErr(sandbox.CodeInvalidRequest, "field %s holds a number of more than %d characters; numbers in a request are at most %d characters", field, MaxNumberLen, MaxNumberLen)
-	}
-	return apiErr(sandbox.CodeInvalidRequest, "request body holds a number of more than %d characters; numbers in a request are at most %d characters", MaxNumberLen, MaxNumberLen)
 }
 
 func jsonErr(err error) error {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -113,6 +114,51 @@ func TestLongNumberCostsNoMoreThanItsLength(t *testing.T) {
 	}
 	if refAns.Code != http.StatusNotFound || ans.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("answers: valid body %d %s, one number %d %s; want 404 and 422", refAns.Code, apitest.Truncate(refAns.Body.Bytes(), 200), ans.Code, apitest.Truncate(ans.Body.Bytes(), 200))
+	}
+}
+
+// countingReader counts what is read of a body.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestLongNumberStopsTheBodyRead: a body that is one number of the body
+// limit's length is refused having read a few KiB of it, not its 8 MiB,
+// and the answer closes the connection (the rest is never read); a
+// valid body of the same length is still read whole.
+func TestLongNumberStopsTheBodyRead(t *testing.T) {
+	srv, _ := fuzzServer(t)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		most       int64 // bytes of the body the handler may read
+		closes     bool
+	}{
+		{"one number", hugeNumberBody("timeoutMs"), http.StatusUnprocessableEntity, 64 << 10, true},
+		{"one number after white space", strings.Repeat(" ", 1<<20) + `{"timeoutMs":` + strings.Repeat("7", 6<<20) + "}", http.StatusUnprocessableEntity, 2 << 20, true}, // io.ReadAll reads into a buffer that doubles
+		{"valid", strings.Repeat(" ", 8<<20-19) + `{"timeoutMs":60000}`, http.StatusNotFound, 8 << 20, false},
+	} {
+		body := &countingReader{r: strings.NewReader(tc.body)}
+		req := fuzzRequest("PATCH", "/v1/sandboxes/sbx-none", "")
+		req.Body = io.NopCloser(body)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != tc.status {
+			t.Fatalf("%s: answered %d %s, want %d", tc.name, rec.Code, apitest.Truncate(rec.Body.Bytes(), 200), tc.status)
+		}
+		if body.n > tc.most {
+			t.Errorf("%s: the handler read %d bytes of a body of %d, at most %d allowed", tc.name, body.n, len(tc.body), tc.most)
+		}
+		if got := rec.Header().Get("Connection") == "close"; got != tc.closes {
+			t.Errorf("%s: Connection: close is %v, want %v", tc.name, got, tc.closes)
+		}
 	}
 }
 
