@@ -124,8 +124,11 @@ type Config struct {
 	// sandbox.DefaultDiskReserve, 1 GiB; negative: no bound).
 	DiskReserve int64
 	// StartSlots is how many container starts run at once, in turns across
-	// accounts (0: sandbox.DefaultStartSlots).
+	// accounts (0: sandbox.DefaultStartSlots); StartShare how many of them
+	// one account runs while other accounts have live sandboxes (0:
+	// sandbox.DefaultStartShare()).
 	StartSlots int
+	StartShare int
 	// Egress control (package egress, startup.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
@@ -344,6 +347,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		Addresses:         b.addressPool(),
 		DiskReserve:       cfg.DiskReserve,
 		StartSlots:        cfg.StartSlots,
+		StartShare:        cfg.StartShare,
 		Egress:            b.egressEnforcer(),
 	})
 	if err != nil {

@@ -13,8 +13,9 @@ import (
 // it: insertLocked (a record enters m.boxes), reindexLocked (its status
 // changed) and dropLocked (it leaves). Each record's entry remembers what
 // it counted for, so that taking it out undoes exactly that. The host's
-// totals over every account (m.live) are kept the same way, for the host
-// capacity check (hostcap.go). Besides the
+// totals over every account (m.live, m.liveAccounts) are kept the same
+// way, for the host capacity check (hostcap.go) and the start queue's
+// share (startqueue.go). Besides the
 // records, an account's index counts the vCPUs admitted for its creates
 // whose records are not in m.boxes yet (holdLocked, unholdLocked).
 
@@ -88,9 +89,11 @@ func (m *Manager) reindexLocked(sb *store.Sandbox) {
 		e.liveMilli = milliVCPU(m.sandboxVCPU(sb))
 		e.live = liveUse{mem: m.sandboxMemory(sb), count: 1}
 	}
+	before := a.live.count
 	a.liveMilli += e.liveMilli - old.liveMilli
 	a.live.sub(old.live)
 	a.live.add(e.live)
+	m.countLiveAccountLocked(before, a.live.count)
 	m.live.sub(old.live)
 	m.live.add(e.live)
 	a.boxes[sb.ID] = e
@@ -130,12 +133,26 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 	if !ok {
 		return
 	}
+	before := a.live.count
 	a.liveMilli -= old.liveMilli
 	a.live.sub(old.live)
+	m.countLiveAccountLocked(before, a.live.count)
 	m.live.sub(old.live)
 	delete(a.boxes, sb.ID)
 	a.ended.remove(sb.ID)
 	m.dropEmptyAccountLocked(sb.Account)
+}
+
+// countLiveAccountLocked keeps m.liveAccounts, the number of accounts
+// with live sandboxes, as one account's count of them goes from before
+// to after. The start queue reads it without m.mu (startqueue.go).
+func (m *Manager) countLiveAccountLocked(before, after int) {
+	switch {
+	case before == 0 && after > 0:
+		m.liveAccounts.Add(1)
+	case before > 0 && after == 0:
+		m.liveAccounts.Add(-1)
+	}
 }
 
 // dropEmptyAccountLocked forgets the index of an account that has nothing

@@ -55,6 +55,9 @@ func checkIndex(m *Manager) error {
 	if m.live != total {
 		return fmt.Errorf("the host's totals count %+v live, the records %+v", m.live, total)
 	}
+	if got, want := m.liveAccounts.Load(), int64(len(use)); got != want {
+		return fmt.Errorf("%d accounts are counted with live sandboxes, the records have %d", got, want)
+	}
 	for account, want := range keys {
 		if m.accounts[account] == nil {
 			return fmt.Errorf("account %s has %d keys and no index", account, len(want))

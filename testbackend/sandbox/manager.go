@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
@@ -99,6 +100,9 @@ type Config struct {
 	// StartSlots is how many container starts run at once, taking turns
 	// across accounts (default DefaultStartSlots; startqueue.go).
 	StartSlots int
+	// StartShare is how many of them one account may run while other
+	// accounts have live sandboxes (default DefaultStartShare()).
+	StartShare int
 	// Egress enforces egress policies; nil: egress control is off.
 	Egress EgressEnforcer
 	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
@@ -150,6 +154,10 @@ type Manager struct {
 	engine    engineState
 	diskSpace *diskSpace  // the data directory's free space (diskcap.go)
 	starts    *startQueue // container starts, in turns across accounts
+
+	// liveAccounts is how many accounts have live sandboxes (index.go):
+	// changed under mu, read by the start queue without it.
+	liveAccounts atomic.Int64
 }
 
 // New builds a manager; Start loads records and reconciles.
@@ -212,6 +220,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StartSlots <= 0 {
 		cfg.StartSlots = DefaultStartSlots
 	}
+	if cfg.StartShare <= 0 {
+		cfg.StartShare = DefaultStartShare()
+	}
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -223,7 +234,6 @@ func New(cfg Config) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		starts:    newStartQueue(cfg.StartSlots),
 		cfg:       cfg,
 		rt:        cfg.Runtime,
 		st:        cfg.Store,
@@ -248,6 +258,7 @@ func New(cfg Config) (*Manager, error) {
 		poolChanged: make(chan struct{}),
 		removing:    map[string]chan struct{}{},
 	}
+	m.starts = newStartQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -12,50 +13,71 @@ import (
 // not to the oldest waiter: one account's burst of creates does not queue
 // another account's single create behind it, which waits at most for
 // one start of each account ahead of it.
+//
+// A start costs host CPU outside any sandbox's limits (the engine, the
+// runtime's boot, the network wiring). While more than one account has
+// live sandboxes, one account runs at most Config.StartShare starts at
+// once, even with slots free: its burst then takes at most that much of
+// the host from the others' commands (the soak's hostile-neighbour row
+// measures it). An account alone on the backend uses every slot.
 
 // DefaultStartSlots is how many container starts run at once by default:
 // enough that a stuck start does not hold up the others, few enough that a
 // burst is interleaved rather than started all together.
 const DefaultStartSlots = 8
 
+// DefaultStartShare is how many starts one account runs at once while
+// other accounts have live sandboxes: half the host's cores, at least one.
+func DefaultStartShare() int { return max(1, runtime.NumCPU()/2) }
+
 type startQueue struct {
 	slots int
+	share int
+	// contended reports whether more than one account has live sandboxes
+	// (index.go keeps the count). It is called under mu, so it must not
+	// take a lock that is held while calling into the queue.
+	contended func() bool
 
-	mu      sync.Mutex
-	running int
-	order   []string                   // accounts with waiters, the next first
-	waiting map[string][]chan struct{} // by account, oldest first
+	mu        sync.Mutex
+	running   int
+	byAccount map[string]int             // running starts by account
+	order     []string                   // accounts with waiters, the next first
+	waiting   map[string][]chan struct{} // by account, oldest first
 }
 
-func newStartQueue(slots int) *startQueue {
-	return &startQueue{slots: slots, waiting: map[string][]chan struct{}{}}
-}
-
-// acquire waits for a start slot for account; release gives it back. An
-// error means ctx ended first (and no slot is held).
-func (q *startQueue) acquire(ctx context.Context, account string) (release func(), err error) {
-	q.mu.Lock()
-	if q.running < q.slots && len(q.order) == 0 {
-		q.running++
-		q.mu.Unlock()
-		return q.release, nil
+func newStartQueue(slots, share int, contended func() bool) *startQueue {
+	if share <= 0 || share > slots {
+		share = slots
 	}
+	if contended == nil {
+		contended = func() bool { return false }
+	}
+	return &startQueue{slots: slots, share: share, contended: contended,
+		byAccount: map[string]int{}, waiting: map[string][]chan struct{}{}}
+}
+
+// acquire waits for a start slot for account; the release it returns
+// gives it back. An error means ctx ended first (and no slot is held).
+func (q *startQueue) acquire(ctx context.Context, account string) (release func(), err error) {
+	release = func() { q.release(account) }
+	q.mu.Lock()
 	ch := make(chan struct{})
 	if len(q.waiting[account]) == 0 {
 		q.order = append(q.order, account)
 	}
 	q.waiting[account] = append(q.waiting[account], ch)
+	q.dispatchLocked()
 	q.mu.Unlock()
 
 	select {
 	case <-ch:
-		return q.release, nil
+		return release, nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		select {
 		case <-ch: // granted meanwhile: give it back
-			q.releaseLocked()
+			q.releaseLocked(account)
 		default:
 			q.dropLocked(account, ch)
 		}
@@ -63,20 +85,36 @@ func (q *startQueue) acquire(ctx context.Context, account string) (release func(
 	}
 }
 
-func (q *startQueue) release() {
+func (q *startQueue) release(account string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.releaseLocked()
+	q.releaseLocked(account)
 }
 
-// releaseLocked frees a slot and hands it to the first waiter of the next
-// account in line; that account goes to the back of the line if it has
-// more.
-func (q *startQueue) releaseLocked() {
+func (q *startQueue) releaseLocked(account string) {
 	q.running--
+	if q.byAccount[account]--; q.byAccount[account] <= 0 {
+		delete(q.byAccount, account)
+	}
+	q.dispatchLocked()
+}
+
+// dispatchLocked hands free slots to the first waiter of each account in
+// line that may start one more; an account served goes to the back of
+// the line if it has more waiting. An account at its share keeps its
+// place: one of its own starts ends before long, and dispatches again.
+func (q *startQueue) dispatchLocked() {
 	for q.running < q.slots && len(q.order) > 0 {
-		account := q.order[0]
-		q.order = q.order[1:]
+		limit := q.slots
+		if q.share < q.slots && q.contended() {
+			limit = q.share
+		}
+		i := slices.IndexFunc(q.order, func(a string) bool { return q.byAccount[a] < limit })
+		if i < 0 {
+			return
+		}
+		account := q.order[i]
+		q.order = slices.Delete(q.order, i, i+1)
 		line := q.waiting[account]
 		ch := line[0]
 		if len(line) > 1 {
@@ -86,6 +124,7 @@ func (q *startQueue) releaseLocked() {
 			delete(q.waiting, account)
 		}
 		q.running++
+		q.byAccount[account]++
 		close(ch)
 	}
 }

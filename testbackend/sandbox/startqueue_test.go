@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 // queues a burst of ten starts and account b one; as slots free, b's start
 // is the second one granted, not the eleventh.
 func TestStartQueueInterleavesAccounts(t *testing.T) {
-	q := newStartQueue(2)
+	q := newStartQueue(2, 0, nil)
 	ctx := context.Background()
 	var held []func()
 	for range 2 {
@@ -66,7 +67,7 @@ func TestStartQueueInterleavesAccounts(t *testing.T) {
 // TestStartQueueCancelledWaiter: a waiter whose context ends leaves the
 // line and holds no slot.
 func TestStartQueueCancelledWaiter(t *testing.T) {
-	q := newStartQueue(1)
+	q := newStartQueue(1, 0, nil)
 	r, err := q.acquire(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +88,83 @@ func TestStartQueueCancelledWaiter(t *testing.T) {
 	r2()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.running != 0 || len(q.order) != 0 || len(q.waiting) != 0 {
-		t.Fatalf("left running %d, order %v, waiting %v", q.running, q.order, q.waiting)
+	if q.running != 0 || len(q.order) != 0 || len(q.waiting) != 0 || len(q.byAccount) != 0 {
+		t.Fatalf("left running %d (by account %v), order %v, waiting %v", q.running, q.byAccount, q.order, q.waiting)
+	}
+}
+
+// TestStartQueueShareWhileContended: while another account has live
+// sandboxes, one account runs at most its share of starts at once, with
+// slots free; the other account's start is granted at once; and the
+// first account's next start follows the end of one of its own.
+func TestStartQueueShareWhileContended(t *testing.T) {
+	var contended atomic.Bool
+	contended.Store(true)
+	q := newStartQueue(8, 2, contended.Load)
+	ctx := context.Background()
+	var held []func()
+	for range 2 {
+		r, err := q.acquire(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
+	}
+	third := make(chan func(), 1)
+	go func() {
+		r, err := q.acquire(ctx, "a")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		third <- r
+	}()
+	waitQueued(t, q, "a", 1)
+	// b is not held up by a's waiting start.
+	rb, err := q.acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-third:
+		t.Fatal("a's third start was granted while its share of 2 ran")
+	default:
+	}
+	rb()
+	held[0]()
+	select {
+	case r := <-third:
+		held[0] = r
+	case <-time.After(time.Minute):
+		t.Fatal("a's third start was not granted when one of its starts ended")
+	}
+	for _, r := range held {
+		r()
+	}
+}
+
+// TestStartQueueAloneUsesEverySlot: an account alone on the backend is
+// not held to the share.
+func TestStartQueueAloneUsesEverySlot(t *testing.T) {
+	q := newStartQueue(4, 1, func() bool { return false })
+	done := make(chan func(), 4)
+	for range 4 {
+		go func() {
+			r, err := q.acquire(context.Background(), "a")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			done <- r
+		}()
+	}
+	for range 4 {
+		select {
+		case r := <-done:
+			defer r()
+		case <-time.After(time.Minute):
+			t.Fatal("an account alone did not get every slot")
+		}
 	}
 }
 

@@ -64,6 +64,7 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.HostShare, "host-share", sandbox.DefaultHostShare, "the part of that capacity one account may hold (0 to 1)")
 	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", sandbox.DefaultDiskReserve, "bytes of free space creates leave on the file system of --data: below it a create answers 503 HOST_CAPACITY_EXHAUSTED naming the disk (-1: no bound)")
 	fs.IntVar(&cfg.StartSlots, "start-slots", sandbox.DefaultStartSlots, "container starts that run at once; the rest wait, in turns across accounts")
+	fs.IntVar(&cfg.StartShare, "start-share", sandbox.DefaultStartShare(), "container starts one account runs at once while other accounts have live sandboxes (a start's engine and boot work is host CPU outside any sandbox's limit); an account alone uses every slot")
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
 	fs.DurationVar(&cfg.MinIdleTimeout, "min-idle-timeout", sandbox.DefaultMinIdleTimeout, "least idleTimeoutMs (smaller values are raised to it); a test knob: the product's minimum is 90s")
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", httpserver.DefaultBodyReadTimeout, "how long reading one request, headers and body, may take from its first byte; a body not in by then is answered 408 REQUEST_TIMEOUT and the connection closed. It ends once the body is in, so long polls and long commands are not cut")
