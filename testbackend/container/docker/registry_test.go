@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,17 +424,39 @@ func TestPullDialerPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var accepted atomic.Int64
+	// The listener's accepts in order, by the peer's address: the kernel
+	// queues connections in the order they were made.
+	var (
+		mu       sync.Mutex
+		accepted []string
+	)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
+			mu.Lock()
+			accepted = append(accepted, c.RemoteAddr().String())
+			mu.Unlock()
 			c.Close()
 		}
 	}()
+	// acceptedUpTo waits until the connection from peer is accepted and
+	// returns every accept so far.
+	acceptedUpTo := func(peer string) []string {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			mu.Lock()
+			got := slices.Clone(accepted)
+			mu.Unlock()
+			if slices.Contains(got, peer) {
+				return got
+			}
+		}
+		t.Fatalf("the connection from %s was never accepted", peer)
+		return nil
+	}
 	other, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -466,6 +489,7 @@ func TestPullDialerPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial of the allowed registry: %v", err)
 	}
+	first := acceptedUpTo(conn.LocalAddr().String())
 	conn.Close()
 	if _, err := pd.DialContext(ctx, "tcp", other.Addr().String()); !errors.Is(err, errBlockedDial) {
 		t.Fatalf("dial of another loopback port: %v, want the policy's refusal", err)
@@ -474,13 +498,18 @@ func TestPullDialerPolicy(t *testing.T) {
 		t.Fatalf("the refusal recorded is %+v, want a loopback one", r)
 	}
 	// The checking dialer itself refuses on the socket, whatever the name.
-	before := accepted.Load()
 	if _, err := checkingDialer().DialContext(ctx, "tcp", ln.Addr().String()); !errors.Is(err, errBlockedDial) {
 		t.Fatalf("checking dialer to loopback: %v, want the policy's refusal", err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	if accepted.Load() != before {
-		t.Fatal("the checking dialer connected to a blocked address")
+	// A plain connection after it, the positive control: once it is
+	// accepted, a connection the refused dial made would have been too.
+	control, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer control.Close()
+	if got := acceptedUpTo(control.LocalAddr().String()); len(got) != len(first)+1 {
+		t.Fatalf("accepted %v: the checking dialer connected to a blocked address (want only the allowed dial and the control)", got)
 	}
 }
 
