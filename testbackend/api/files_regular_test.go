@@ -104,38 +104,50 @@ func TestFilesNotRegularTestMode(t *testing.T) {
 // read answers at once, with the file's content or FILE_NOT_REGULAR (or
 // FILE_NOT_FOUND in the instant between the two renames), never held until
 // the route's timeout: a read script that checks the path and then opens
-// it would wait on the FIFO that took the file's place in between.
+// it would wait on the FIFO that took the file's place in between. The
+// same holds in a run-mode sandbox, whose program is the swap.
 func TestFileReadRacesASwappedFIFO(t *testing.T) {
 	t.Parallel()
-	c := realBackend(t)
-	id := c.Running(tokA, map[string]any{"template": "python"}).ID
-	c.HTTP = &http.Client{Timeout: notRegularWait}
 	// Renames, microseconds apart: the path is a FIFO or the file in turn.
-	swapper := `import os
+	swapper := `import os, time
 os.mkfifo("/tmp/f"); open("/tmp/r", "w").write("x")
-while True:
+end = time.time() + 300
+while time.time() < end:
     os.rename("/tmp/f", "/tmp/p"); os.rename("/tmp/p", "/tmp/f")
     os.rename("/tmp/r", "/tmp/p"); os.rename("/tmp/p", "/tmp/r")
 `
-	swap := "nohup python3 -c '" + swapper + "' >/dev/null 2>&1 &" // swapper has no single quote
-	if out := c.Command(tokA, id, swap, 0); exitCode(t, out) != 0 {
-		t.Fatalf("start the swap: %v", out)
+	for _, mode := range []string{"commands", "run mode"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			c := realBackend(t)
+			var id string
+			if mode == "run mode" {
+				id = c.Running(tokA, map[string]any{"template": "python", "cmd": []string{"python3", "-c", swapper}}).ID
+			} else {
+				id = c.Running(tokA, map[string]any{"template": "python"}).ID
+				swap := "nohup python3 -c '" + swapper + "' >/dev/null 2>&1 &" // swapper has no single quote
+				if out := c.Command(tokA, id, swap, 0); exitCode(t, out) != 0 {
+					t.Fatalf("start the swap: %v", out)
+				}
+			}
+			c.HTTP = &http.Client{Timeout: notRegularWait}
+			seen := map[string]int{}
+			for i := 0; i < 200; i++ {
+				r := c.Do("GET", "/sandboxes/"+id+"/files?path=/tmp/p", tokA, nil, nil)
+				switch {
+				case r.Status == http.StatusOK:
+					seen["content"]++
+				case r.ErrCode() == "FILE_NOT_REGULAR", r.ErrCode() == "FILE_NOT_FOUND":
+					seen[r.ErrCode()]++
+				default:
+					t.Fatalf("read %d while the FIFO is swapped in and out: %v (so far %v)", i, r, seen)
+				}
+			}
+			// Both sides of the race were met, or the test proved nothing.
+			if seen["content"] == 0 || seen["FILE_NOT_REGULAR"] == 0 {
+				t.Fatalf("the reads met only one side of the swap: %v", seen)
+			}
+			t.Logf("200 reads during the swap: %v", seen)
+		})
 	}
-	seen := map[string]int{}
-	for i := 0; i < 200; i++ {
-		r := c.Do("GET", "/sandboxes/"+id+"/files?path=/tmp/p", tokA, nil, nil)
-		switch {
-		case r.Status == http.StatusOK:
-			seen["content"]++
-		case r.ErrCode() == "FILE_NOT_REGULAR", r.ErrCode() == "FILE_NOT_FOUND":
-			seen[r.ErrCode()]++
-		default:
-			t.Fatalf("read %d while the FIFO is swapped in and out: %v (so far %v)", i, r, seen)
-		}
-	}
-	// Both sides of the race were met, or the test proved nothing.
-	if seen["content"] == 0 || seen["FILE_NOT_REGULAR"] == 0 {
-		t.Fatalf("the reads met only one side of the swap: %v", seen)
-	}
-	t.Logf("200 reads during the swap: %v", seen)
 }

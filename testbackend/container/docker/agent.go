@@ -62,9 +62,17 @@ func (d *Runtime) useAgent(cfg *dockercontainer.Config, hc *dockercontainer.Host
 	cfg.OpenStdin = true // stays open across attaches
 	cfg.StdinOnce = false
 	cfg.Labels[LabelAgent] = agent.Protocol
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: d.agentPath, Target: agentTarget, ReadOnly: true})
+	d.mountAgent(hc)
 	// The agent's stdout is the protocol, not output anyone reads.
 	hc.LogConfig = dockercontainer.LogConfig{Type: "none"}
+}
+
+// mountAgent puts the agent binary in the container, read-only. A
+// run-mode container gets it too, not as its main process: its file reads
+// run the agent's cat (readScript), which no FIFO swapped in at the path
+// can hold.
+func (d *Runtime) mountAgent(hc *dockercontainer.HostConfig) {
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: d.agentPath, Target: agentTarget, ReadOnly: true})
 }
 
 // agentSession is one attach to one container's agent.

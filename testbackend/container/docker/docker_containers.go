@@ -48,7 +48,11 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 	}
 	cfg := d.containerConfig(spec)
 	hc := d.hostConfig(spec)
-	if !spec.RunMode && d.agentPath != "" {
+	switch {
+	case d.agentPath == "":
+	case spec.RunMode:
+		d.mountAgent(hc)
+	default:
 		d.useAgent(cfg, hc)
 	}
 	if err := d.useDNS(hc); err != nil {

@@ -27,12 +27,13 @@ t="$d/.rarecloud-write.$$"
 if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
 echo ` + renameMark + `
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
-	// The agent's cat (where the sandbox has the agent) opens without
-	// blocking and checks what it opened, so nothing put at the path, a
-	// FIFO included, holds the read. Without the agent (run mode), what is
-	// opened is checked again through the open descriptor, so a device put
-	// at the path after the first check is refused too; only a FIFO put
-	// there in between can still hold the open, until fileTimeout.
+	// The agent's cat (every sandbox has the binary when the backend has
+	// an agent, run-mode ones too: mountAgent) opens without blocking and
+	// checks what it opened, so nothing put at the path, a FIFO included,
+	// holds the read. Without the agent (--agent none), what is opened is
+	// checked again through the open descriptor, so a device put at the
+	// path after the first check is refused too; only a FIFO put there in
+	// between can still hold the open, until fileTimeout.
 	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` cat "$1"
 [ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
