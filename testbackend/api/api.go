@@ -391,12 +391,15 @@ func other(scope string) string {
 
 // decode reads a JSON body strictly: one object, known fields, valid UTF-8.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(newNumberGuard(http.MaxBytesReader(w, r.Body, MaxBodyBytes)))
+	limited := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	body, err := io.ReadAll(newNumberGuard(limited))
 	if err != nil {
 		if e, ok := errors.AsType[*sandbox.Error](err); ok {
-			// A number too long: the rest of the body is not read, so the
-			// connection cannot carry another request.
-			w.Header().Set("Connection", "close")
+			// A number too long. The rest of the body is dropped unread by
+			// anything but the kernel's copy (milliseconds for 8 MiB, the
+			// body read timeout bounds a trickle), so that a client still
+			// sending it reads this answer instead of a reset connection.
+			_, _ = io.Copy(io.Discard, limited)
 			return e
 		}
 		var mbe *http.MaxBytesError

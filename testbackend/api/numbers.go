@@ -26,8 +26,8 @@ const maxFieldLen = 64
 // it: turning a long literal into an integer costs the square of its
 // length (an 8 MiB one took minutes), and an error message that quotes it
 // would send it back. The body is scanned as it arrives, so a refused one
-// is not read past its first MaxNumberLen+1 digits (plus what the last
-// read brought). A number in a top-level timeout field is a bad value
+// is not held in memory nor scanned past its first MaxNumberLen+1 digits
+// (plus what the last read brought). A number in a top-level timeout field is a bad value
 // (422 INVALID_TIMEOUT, as any other bad timeout); anywhere else it is a
 // malformed body (400 INVALID_REQUEST). Bodies that are not JSON are left
 // to the decoder.
