@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,10 +16,8 @@ import (
 // written, and the host its disk. Images are bounded apart, on the engine
 // (Config.ImageBudgetBytes of the backend).
 //
-// The free space is sampled off the lock: the check under it reads the
-// last sample (at most diskSampleAge old, or older while a file system is
-// slow to answer) and starts the next sample in the background, so a
-// statfs that hangs holds up no create and no other sandbox.
+// The free space is sampled off the lock (sampler.go): a statfs that
+// hangs holds up no create and no other sandbox.
 
 // DefaultDiskReserve is the free space a create leaves to the host's disk.
 const DefaultDiskReserve = 1 << 30
@@ -37,46 +34,11 @@ func FreeSpace(dir string) (int64, error) {
 	return int64(st.Bavail) * st.Bsize, nil
 }
 
-// diskSpace holds the last sample of the data directory's free space.
-type diskSpace struct {
-	dir    string
-	free   func(dir string) (int64, error)
-	maxAge time.Duration
-	log    *slog.Logger
-
-	mu         sync.Mutex
-	avail      int64
-	err        error
-	at         time.Time
-	refreshing bool
-}
-
-func newDiskSpace(dir string, free func(string) (int64, error), log *slog.Logger) *diskSpace {
-	d := &diskSpace{dir: dir, free: free, maxAge: diskSampleAge, log: log}
-	d.refresh() // the first sample, before any create
-	return d
-}
-
-func (d *diskSpace) refresh() {
-	avail, err := d.free(d.dir)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err != nil && d.err == nil {
-		d.log.Warn("the data directory's free space cannot be read; creates are not bounded by --disk-reserve until it can", "dir", d.dir, "err", err)
-	}
-	d.avail, d.err, d.at, d.refreshing = avail, err, time.Now(), false
-}
-
-// sample is the last sample, ok false when it could not be read; one
-// older than maxAge starts the next.
-func (d *diskSpace) sample() (avail int64, ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.refreshing && time.Since(d.at) >= d.maxAge {
-		d.refreshing = true
-		go d.refresh()
-	}
-	return d.avail, d.err == nil
+// newDiskSpace samples the free space of the data directory (sampler.go).
+func newDiskSpace(dir string, free func(string) (int64, error), log *slog.Logger) *sampler {
+	return newSampler(func() (int64, error) { return free(dir) }, diskSampleAge, func(err error) {
+		log.Warn("the data directory's free space cannot be read; creates are not bounded by --disk-reserve until it can", "dir", dir, "err", err)
+	})
 }
 
 // checkDiskLocked refuses a create while the data directory's file

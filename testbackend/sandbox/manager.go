@@ -152,7 +152,7 @@ type Manager struct {
 	removing map[string]chan struct{}
 
 	engine    engineState
-	diskSpace *diskSpace  // the data directory's free space (diskcap.go)
+	diskSpace *sampler    // the data directory's free space (diskcap.go)
 	starts    *startQueue // container starts, in turns across accounts
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
