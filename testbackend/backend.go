@@ -345,6 +345,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		MemoryOvercommit:  cfg.MemoryOvercommit,
 		HostShare:         cfg.HostShare,
 		Addresses:         b.addressPool(),
+		NetworkLeases:     b.networkLeases(),
 		DiskReserve:       cfg.DiskReserve,
 		StartSlots:        cfg.StartSlots,
 		StartShare:        cfg.StartShare,
@@ -389,6 +390,15 @@ func (b *Backend) addressPool() int {
 		return b.docker.AddressPool()
 	}
 	return 0
+}
+
+// networkLeases reads how many sandbox addresses every backend on the
+// network holds; nil when that is not known.
+func (b *Backend) networkLeases() func() (int, error) {
+	if b.docker != nil {
+		return b.docker.NetworkLeases()
+	}
+	return nil
 }
 
 func (b *Backend) loadTokens(cfg Config, dataDir string) ([]api.Token, []Account, error) {

@@ -3,9 +3,11 @@ package sandbox
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
@@ -153,8 +155,21 @@ func (m *Manager) checkMemoryLocked(account string, tpl Template, u hostUse) *Er
 // other container of it that holds one (warm containers, containers of
 // deleted sandboxes not yet removed), and one account may hold at most its
 // HostShare of the pool. Other backends on the same network draw from the
-// same pool and are not counted: a start that finds their leases took the
-// last address still fails.
+// same pool: the leases every backend holds are sampled off the lock
+// (Config.NetworkLeases, at most leaseSampleAge old), and the pool counts
+// as taken up to the larger of the two. That never refuses a create there
+// is room for (this backend's own count is at least its leases), and
+// refuses one that other backends' leases leave no room for; what it
+// cannot see are other backends' starts that have not leased yet.
+
+// leaseSampleAge is how old the sample of the network's leases may be.
+const leaseSampleAge = 250 * time.Millisecond
+
+func newNetworkLeases(read func() (int, error), log *slog.Logger) *sampler {
+	return newSampler(func() (int64, error) { n, err := read(); return int64(n), err }, leaseSampleAge, func(err error) {
+		log.Warn("the sandbox network's leases cannot be read; creates count only this backend's addresses until they can", "err", err)
+	})
+}
 
 func (m *Manager) checkAddressesLocked(account string, u hostUse) *Error {
 	pool := m.cfg.Addresses
@@ -162,12 +177,23 @@ func (m *Manager) checkAddressesLocked(account string, u hostUse) *Error {
 		return nil
 	}
 	share := int(float64(pool) * m.cfg.HostShare)
+	ours := u.live + u.held
+	taken, others := ours, 0
+	if m.leases != nil {
+		if n, ok := m.leases.sample(); ok && int(n) > ours {
+			taken, others = int(n), int(n)-ours
+		}
+	}
 	switch {
 	case u.mine+1 > share:
 		return &Error{Code: CodeHostShareExceeded, Message: fmt.Sprintf(
 			"account %s holds %d of this host's %d sandbox addresses, its share (%.0f%%). Delete sandboxes you no longer need (their addresses free at once)",
 			account, u.mine, pool, m.cfg.HostShare*100)}
-	case u.live+u.held+1 > pool:
+	case taken+1 > pool && others > 0:
+		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
+			"this host's sandbox addresses are taken: %d of %d addresses on the sandbox network are leased, %d of them by other backends on this host (this one holds %d for live sandboxes and %d for other containers). Retry in a while (sandboxes end and free them)",
+			taken, pool, others, u.live, u.held)}
+	case taken+1 > pool:
 		return &Error{Code: CodeHostCapacityExhausted, RetryAfter: hostCapacityRetry, Message: fmt.Sprintf(
 			"this host's sandbox addresses are taken: %d live sandboxes and %d other containers hold %d of %d addresses on the sandbox network. Retry in a while (sandboxes end and free them)",
 			u.live, u.held, u.live+u.held, pool)}

@@ -164,6 +164,59 @@ func TestCreateRefusedWhenAddressesAreTaken(t *testing.T) {
 	}
 }
 
+// TestCreateRefusedWhenOtherBackendsHoldTheAddresses: another backend on
+// the same network holds leases this one has no record of. With 6 of 8
+// addresses leased by it, this backend's third create is refused naming
+// the other backends, before a container would find none; the count of
+// the network's leases never refuses what this backend's own count
+// allows (its own leases are among them); and once the other backend's
+// leases go, creates pass again.
+func TestCreateRefusedWhenOtherBackendsHoldTheAddresses(t *testing.T) {
+	rt := newFakeRuntime()
+	var theirs, ours atomic.Int64 // leases on the network, by owner
+	theirs.Store(6)
+	m := newCapManager(t, rt, ModeReal, Config{Addresses: 8, HostShare: 1, HostMemoryBytes: -1,
+		NetworkLeases: func() (int, error) { return int(theirs.Load() + ours.Load()), nil }})
+	m.leases.maxAge = 0 // every check asks for a new sample
+	ctx := context.Background()
+	// sampled waits until the sample counts n leases: the check reads the
+	// last one and starts the next in the background.
+	sampled := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(bounded); ; time.Sleep(time.Millisecond) {
+			if v, ok := m.leases.sample(); ok && v == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sample never counted %d leases", n)
+			}
+		}
+	}
+	for range 2 {
+		if _, err := m.Create(ctx, "acct", "", CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		ours.Add(1)
+	}
+	sampled(8)
+	_, err := m.Create(ctx, "acct", "", CreateRequest{})
+	wantRefused(t, err, CodeHostCapacityExhausted, "6 of them by other backends")
+
+	// Leases it does not see yet (its own starts racing the sample) are
+	// this backend's own count's to bound: with the other backend gone,
+	// a stale sample of 0 refuses nothing its records leave room for.
+	theirs.Store(0)
+	ours.Store(0)
+	sampled(0)
+	for range 6 {
+		if _, err := m.Create(ctx, "acct", "", CreateRequest{}); err != nil {
+			t.Fatalf("a create with addresses free: %v", err)
+		}
+	}
+	_, err = m.Create(ctx, "acct-b", "", CreateRequest{})
+	wantRefused(t, err, CodeHostCapacityExhausted, "8 live sandboxes")
+}
+
 // TestWarmContainersHoldAddresses: warm containers hold addresses too (one
 // per template here, three), so with five addresses two sandboxes that
 // claim none fit, and a third is refused.

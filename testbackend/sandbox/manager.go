@@ -90,7 +90,10 @@ type Config struct {
 	HostShare         float64
 	// Addresses is how many addresses the sandboxes of this backend may
 	// hold on the sandbox network (the runtime's pool); 0: no bound.
-	Addresses int
+	// NetworkLeases, when set, reads how many of them every backend on
+	// the network holds now, this one's included (hostcap.go).
+	Addresses     int
+	NetworkLeases func() (int, error)
 	// DiskReserve is the free space a create leaves on the data
 	// directory's file system (default DefaultDiskReserve, negative: no
 	// bound); FreeDisk reads that free space (default FreeSpace; tests
@@ -153,6 +156,7 @@ type Manager struct {
 
 	engine    engineState
 	diskSpace *sampler    // the data directory's free space (diskcap.go)
+	leases    *sampler    // addresses leased on the sandbox network (hostcap.go); nil: not known
 	starts    *startQueue // container starts, in turns across accounts
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
@@ -261,6 +265,9 @@ func New(cfg Config) (*Manager, error) {
 	m.starts = newStartQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
+	}
+	if cfg.Addresses > 0 && cfg.NetworkLeases != nil {
+		m.leases = newNetworkLeases(cfg.NetworkLeases, cfg.Logger)
 	}
 	if imm, ok := cfg.Runtime.(container.Immediate); ok {
 		m.immediate = imm.Immediate()

@@ -69,3 +69,13 @@ func (d *Runtime) AddressPool() int {
 	}
 	return len(d.own.Candidates())
 }
+
+// NetworkLeases is how many of those addresses every backend on the bridge
+// holds now, this one's included; nil when the engine networks the
+// sandboxes.
+func (d *Runtime) NetworkLeases() func() (int, error) {
+	if d.own == nil {
+		return nil
+	}
+	return d.own.LeaseCount
+}

@@ -334,11 +334,22 @@ func (o *Wiring) Detach(id string) {
 	}
 }
 
-// Leased lists the addresses leased now.
+// Leased lists the addresses leased now, by every backend on the host.
 func (o *Wiring) Leased() []netip.Addr {
+	out, _ := o.leased()
+	return out
+}
+
+// LeaseCount is how many addresses every backend on the host has leased.
+func (o *Wiring) LeaseCount() (int, error) {
+	out, err := o.leased()
+	return len(out), err
+}
+
+func (o *Wiring) leased() ([]netip.Addr, error) {
 	ents, err := os.ReadDir(o.leases)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	out := make([]netip.Addr, 0, len(ents))
 	for _, e := range ents {
@@ -346,7 +357,7 @@ func (o *Wiring) Leased() []netip.Addr {
 			out = append(out, a)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // LeaseOf is the address leased to container id, if any.

@@ -67,3 +67,27 @@ func TestNewNetnsKeepsItsThread(t *testing.T) {
 		t.Errorf("ns0 is not a namespace of its own: %v, inode %d, host %s", err, st.Ino, own)
 	}
 }
+
+// TestLeaseCountCountsEveryBackend: the count is of every lease in the
+// directory, whoever made it (another backend's included), and only of
+// leases: other files there are not addresses; a directory that cannot
+// be read is an error, not zero.
+func TestLeaseCountCountsEveryBackend(t *testing.T) {
+	dir := t.TempDir()
+	o := &Wiring{leases: dir}
+	for i, target := range []string{"container-of-this-backend", "container-of-another", "gone"} {
+		if err := os.Symlink(target, filepath.Join(dir, "172.30.99."+strconv.Itoa(10+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".tmp-lease"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := o.LeaseCount(); err != nil || n != 3 {
+		t.Fatalf("LeaseCount = %d, %v; want 3", n, err)
+	}
+	o.leases = filepath.Join(dir, "missing")
+	if _, err := o.LeaseCount(); err == nil {
+		t.Fatal("LeaseCount of a missing directory: no error")
+	}
+}
