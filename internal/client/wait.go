@@ -123,18 +123,28 @@ func waitRejected(err error) bool {
 }
 
 // WaitDeleted polls GET /sandboxes/{id} until it answers 404 or ctx ends.
+// A ctx that ends is a timeout of the wait, whether it ended between two
+// GETs or during one.
 func (c *Client) WaitDeleted(ctx context.Context, id string) error {
 	wait := PollMin
+	status := ""
 	for {
 		sbx, err := c.GetSandbox(ctx, id)
 		if IsNotFound(err) {
 			return nil
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			status = sbx.Status
+			err = sleep(ctx, wait)
 		}
-		if err := sleep(ctx, wait); err != nil {
-			return fmt.Errorf("timed out waiting for sandbox %s to be deleted (status %q): %w", id, sbx.Status, err)
+		if err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			if status == "" {
+				return fmt.Errorf("timed out waiting for sandbox %s to be deleted: %w", id, ctx.Err())
+			}
+			return fmt.Errorf("timed out waiting for sandbox %s to be deleted (status %q): %w", id, status, ctx.Err())
 		}
 		wait = nextPoll(wait)
 	}
