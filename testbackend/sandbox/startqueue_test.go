@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,14 +12,7 @@ import (
 func TestStartQueueInterleavesAccounts(t *testing.T) {
 	q := newStartQueue(2, 0, nil)
 	ctx := context.Background()
-	var held []func()
-	for range 2 {
-		r, err := q.acquire(ctx, "warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, r)
-	}
+	held := holdSlots(t, q, "warm", 2)
 	granted := make(chan string, 11)
 	wait := func(account string) {
 		go func() {
@@ -98,18 +90,9 @@ func TestStartQueueCancelledWaiter(t *testing.T) {
 // slots free; the other account's start is granted at once; and the
 // first account's next start follows the end of one of its own.
 func TestStartQueueShareWhileContended(t *testing.T) {
-	var contended atomic.Bool
-	contended.Store(true)
-	q := newStartQueue(8, 2, contended.Load)
+	q := newStartQueue(8, 2, func() bool { return true })
 	ctx := context.Background()
-	var held []func()
-	for range 2 {
-		r, err := q.acquire(ctx, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, r)
-	}
+	held := holdSlots(t, q, "a", 2)
 	third := make(chan func(), 1)
 	go func() {
 		r, err := q.acquire(ctx, "a")
@@ -166,6 +149,20 @@ func TestStartQueueAloneUsesEverySlot(t *testing.T) {
 			t.Fatal("an account alone did not get every slot")
 		}
 	}
+}
+
+// holdSlots takes n start slots for account, none of which may wait.
+func holdSlots(t *testing.T, q *startQueue, account string, n int) []func() {
+	t.Helper()
+	var held []func()
+	for range n {
+		r, err := q.acquire(context.Background(), account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
+	}
+	return held
 }
 
 func waitQueued(t *testing.T, q *startQueue, account string, n int) {
