@@ -378,41 +378,36 @@ func (c *Controller) policyOf(ip netip.Addr) *entry {
 // allowAnswers puts the addresses an allowed name resolved to into the
 // sandbox's set, before the answer goes back to it. An address the set
 // holds for more than half of the new TTL already is not loaded again, so
-// repeated lookups of one name cost no nft run. The run holds nftMu
-// alone: Apply, Release and Sync wait for it (the entry cannot change
-// meanwhile), other sandboxes' lookups do not.
+// repeated lookups of one name cost no nft run, and such a lookup never
+// waits for nftMu: only an answer that needs a run takes it (Apply,
+// Release and Sync wait for that run, and the entry cannot change
+// meanwhile).
 func (c *Controller) allowAnswers(ctx context.Context, id string, ip netip.Addr, addrs map[netip.Addr]time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
+	if need, err := c.needed(id, ip, addrs); err != nil || len(need) == 0 {
+		return err
+	}
 	c.nftMu.Lock()
 	defer c.nftMu.Unlock()
-	c.mu.Lock()
-	e := c.byID[id]
-	if e == nil || e.ip != ip {
-		c.mu.Unlock()
-		return fmt.Errorf("egress: sandbox %s is gone", id)
-	}
-	now := time.Now()
-	need := map[netip.Addr]time.Duration{}
-	for d, ttl := range addrs {
-		if until, ok := e.dsts[d]; !ok || until.Sub(now) < ttl/2 {
-			need[d] = ttl
-		}
+	// Again under nftMu: a run that ended while this one waited may
+	// have loaded the same addresses.
+	need, err := c.needed(id, ip, addrs)
+	if err != nil || len(need) == 0 {
+		return err
 	}
 	var b strings.Builder
 	for d, ttl := range need {
 		c.allowDest(&b, ip, d, ttl)
 	}
-	c.mu.Unlock()
-	if len(need) == 0 {
-		return nil
-	}
+	now := time.Now()
 	if err := c.run(ctx, b.String()); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	e := c.byID[id] // the same entry: changing it takes nftMu
 	for d, until := range e.dsts {
 		if now.After(until.Add(time.Second)) {
 			delete(e.dsts, d) // the kernel dropped it already
@@ -422,6 +417,25 @@ func (c *Controller) allowAnswers(ctx context.Context, id string, ip netip.Addr,
 		e.dsts[d] = now.Add(ttl)
 	}
 	return nil
+}
+
+// needed is the part of addrs that sandbox id (at ip) must have loaded:
+// the addresses its set lacks or holds for less than half their TTL.
+func (c *Controller) needed(id string, ip netip.Addr, addrs map[netip.Addr]time.Duration) (map[netip.Addr]time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byID[id]
+	if e == nil || e.ip != ip {
+		return nil, fmt.Errorf("egress: sandbox %s is gone", id)
+	}
+	now := time.Now()
+	need := map[netip.Addr]time.Duration{}
+	for d, ttl := range addrs {
+		if until, ok := e.dsts[d]; !ok || until.Sub(now) < ttl/2 {
+			need[d] = ttl
+		}
+	}
+	return need, nil
 }
 
 // isBlocked reports addresses no answer may carry.

@@ -95,11 +95,25 @@ func (f *forwarder) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	defer f.lim.done(src.Addr().Unmap())
-	reply := f.answer(w, r)
+	start := time.Now()
+	var ph phases
+	reply := f.answer(w, r, &ph)
+	if took := time.Since(start); took > slowAnswer {
+		f.c.cfg.Logger.Warn("egress DNS: slow answer", "addr", src.Addr(), "took", took, "upstream", ph.upstream, "allow", ph.allow)
+	}
 	if err := w.WriteMsg(reply); err != nil {
 		f.c.cfg.Logger.Debug("egress DNS: answer not sent", "err", err)
 	}
 }
+
+// slowAnswer is how long an answer may take before it is logged with
+// where the time went: far above a lookup's few milliseconds, well below
+// the 5 s after which a resolver asks again.
+const slowAnswer = time.Second
+
+// phases is where an answer's time went: waiting for and talking to the
+// upstream, and loading the answer's addresses.
+type phases struct{ upstream, allow time.Duration }
 
 func refuse(r *dns.Msg, rcode int) *dns.Msg {
 	m := new(dns.Msg)
@@ -107,7 +121,7 @@ func refuse(r *dns.Msg, rcode int) *dns.Msg {
 	return m
 }
 
-func (f *forwarder) answer(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
+func (f *forwarder) answer(w dns.ResponseWriter, r *dns.Msg, ph *phases) *dns.Msg {
 	ap, err := netip.ParseAddrPort(w.RemoteAddr().String())
 	if err != nil {
 		return refuse(r, dns.RcodeRefused)
@@ -124,7 +138,9 @@ func (f *forwarder) answer(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
 		netw = "tcp"
 	}
+	t0 := time.Now()
 	up := f.exchange(r, netw)
+	ph.upstream = time.Since(t0)
 	if up == nil {
 		return refuse(r, dns.RcodeServerFailure)
 	}
@@ -152,7 +168,10 @@ func (f *forwarder) answer(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := f.c.allowAnswers(ctx, e.id, e.ip, addrs); err != nil {
+	t0 = time.Now()
+	err = f.c.allowAnswers(ctx, e.id, e.ip, addrs)
+	ph.allow = time.Since(t0)
+	if err != nil {
 		f.c.cfg.Logger.Warn("egress DNS: could not allow the answer's addresses", "sandbox", e.id, "name", q.Name, "err", err)
 		return refuse(r, dns.RcodeServerFailure)
 	}
