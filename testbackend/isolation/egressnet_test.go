@@ -214,7 +214,12 @@ func egressBackend(t *testing.T, dir string, f *egressNet) *testbackend.Backend 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { logf.Close() })
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			logLines(t, filepath.Join(dir, "backend.log"), "egress")
+		}
+	})
 	b, err := startBackend(filepath.Join(dir, "data"), testbackend.Config{
 		HomeBytes: smallDisk, TmpBytes: smallDisk,
 		EgressControl:     testbackend.EgressOn,
@@ -225,6 +230,27 @@ func egressBackend(t *testing.T, dir string, f *egressNet) *testbackend.Backend 
 		t.Fatalf("start backend with egress control on: %v", err)
 	}
 	return b
+}
+
+// logLines shows the lines of a backend's log that mention what, so that a
+// failed test tells what the backend saw.
+func logLines(t *testing.T, path, what string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("backend log: %v", err)
+		return
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, what) {
+			if n++; n > 200 {
+				t.Logf("backend log: more lines with %q left out", what)
+				return
+			}
+			t.Logf("backend log: %s", line)
+		}
+	}
 }
 
 // nftTable lists a backend's egress table ("" when it does not exist).
