@@ -5,13 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +30,6 @@ import (
 
 // hostileToken is the hostile account's token in the bench's tokens file.
 const hostileToken = "rc_pat_hostile"
-
-// hostileSlow is the longest a hostile request may take.
-const hostileSlow = 10 * time.Second
 
 // hostileWarmUp is how long the attacks run before the well-behaved
 // account is measured beside them.
@@ -82,284 +77,6 @@ const (
 	hostileHostMemory = 14 << 30
 	hostileBurst      = 8 // creates at once per burst
 )
-
-// expect is what an attack's request may be answered: each status with
-// the error code it must carry ("" for any). A 429 or a 503 with
-// Retry-After is allowed everywhere.
-type expect map[int]string
-
-// judge says what is wrong with one answer of the hostile account, or ""
-// when nothing is.
-func judge(want expect, status int, code, retryAfter string, took time.Duration) string {
-	if took > hostileSlow {
-		return fmt.Sprintf("HTTP %d after %.1f s (more than %v)", status, took.Seconds(), hostileSlow)
-	}
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		if n, err := strconv.Atoi(retryAfter); err != nil || n <= 0 {
-			return fmt.Sprintf("HTTP %d %s without a Retry-After of whole seconds (%q)", status, code, retryAfter)
-		}
-		// Over its requests in flight, or the host out of something: what
-		// any request may be told, as long as it says when to come back.
-		return ""
-	}
-	wantCode, ok := want[status]
-	switch {
-	case !ok && status >= 500:
-		return fmt.Sprintf("HTTP %d %s: a 5xx other than 503", status, code)
-	case !ok:
-		return fmt.Sprintf("HTTP %d %s, not an answer this attack expects", status, code)
-	case wantCode != "" && code != wantCode:
-		return fmt.Sprintf("HTTP %d %s, want %s", status, code, wantCode)
-	}
-	return ""
-}
-
-// attackStats counts one attack's answers.
-type attackStats struct {
-	Name     string         `json:"name"`
-	ByStatus map[string]int `json:"byStatus"` // "409 HOST_SHARE_EXCEEDED", "transport error"
-	Slowest  float64        `json:"slowestMs"`
-	Failures int            `json:"failures"`
-}
-
-// hostileClient is the hostile account: one attempt per request, never
-// honouring Retry-After, each answer judged and counted.
-type hostileClient struct {
-	base   string
-	hc     *http.Client
-	mu     sync.Mutex
-	stats  map[string]*attackStats
-	order  []string
-	failed []string // the first failures, for the report
-}
-
-func newHostileClient(base string) *hostileClient {
-	return &hostileClient{base: base, stats: map[string]*attackStats{},
-		// A hung request ends here at the latest; past hostileSlow it is
-		// a failure anyway.
-		hc: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-}
-
-func (c *hostileClient) attack(name string) *attackStats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.stats[name]
-	if s == nil {
-		s = &attackStats{Name: name, ByStatus: map[string]int{}}
-		c.stats[name] = s
-		c.order = append(c.order, name)
-	}
-	return s
-}
-
-// do sends one request of an attack and returns the status and body
-// (status 0 for a transport error). With discard the body is read and
-// dropped, its length returned as the body's length in n.
-func (c *hostileClient) do(attack, method, path string, body []byte, want expect, discard bool) (status int, data []byte, n int64) {
-	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
-	if err != nil {
-		panic(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+hostileToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	t0 := time.Now()
-	resp, err := c.hc.Do(req)
-	var code, key, problem string
-	if err == nil {
-		if discard && resp.StatusCode == http.StatusOK {
-			n, err = io.Copy(io.Discard, resp.Body)
-		} else {
-			data, err = io.ReadAll(resp.Body)
-			n = int64(len(data))
-		}
-		resp.Body.Close()
-	}
-	took := time.Since(t0)
-	if err != nil {
-		key, problem = "transport error", fmt.Sprintf("%s %s: %v after %.1f s", method, path, err, took.Seconds())
-	} else {
-		status = resp.StatusCode
-		var env struct {
-			Error *struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		if status >= 400 && json.Unmarshal(data, &env) == nil && env.Error != nil {
-			code = env.Error.Code
-		}
-		key = strings.TrimSpace(strconv.Itoa(status) + " " + code)
-		if p := judge(want, status, code, resp.Header.Get("Retry-After"), took); p != "" {
-			problem = method + " " + path + ": " + p
-		}
-	}
-	s := c.attack(attack)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s.ByStatus[key]++
-	s.Slowest = max(s.Slowest, float64(took.Microseconds())/1000)
-	if problem != "" {
-		s.Failures++
-		if len(c.failed) < 20 {
-			c.failed = append(c.failed, attack+": "+problem)
-		}
-	}
-	return status, data, n
-}
-
-// fail records a failure that is not one answer (a file read short).
-func (c *hostileClient) fail(attack, problem string) {
-	s := c.attack(attack)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s.Failures++
-	if len(c.failed) < 20 {
-		c.failed = append(c.failed, attack+": "+problem)
-	}
-}
-
-// hostileReport is the phase's outcome.
-type hostileReport struct {
-	Ops          int            `json:"ops"`
-	Quiet        *row           `json:"quiet"`
-	Loaded       *row           `json:"loaded"`
-	After        *row           `json:"after"`
-	QuietP99     float64        `json:"quietP99Ms"`
-	LoadedP99    float64        `json:"loadedP99Ms"`
-	AfterP99     float64        `json:"afterP99Ms"`
-	RatioP50     float64        `json:"ratioP50"`
-	RatioP99     float64        `json:"ratioP99"`
-	Limit        float64        `json:"limitP99"`
-	Attacks      []*attackStats `json:"attacks"`
-	Failures     []string       `json:"failures"`
-	FailureCount int            `json:"failureCount"`
-	Setup        []string       `json:"setup"`
-	// CPU says, per run (quiet, beside the attacks, after), how busy the
-	// host was and how much of that the bench process and the backend
-	// took.
-	CPU [3]string `json:"cpu"`
-}
-
-// cpuWindow measures the CPU of a run: the host's busy time, the bench
-// process's (the clients of both accounts) and the backend's.
-type cpuWindow struct {
-	t0                   time.Time
-	host, bench, backend time.Duration
-	pid                  int
-}
-
-func startCPUWindow(backendPid int) cpuWindow {
-	return cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), pid: backendPid}
-}
-
-func (w cpuWindow) String() string {
-	wall := time.Since(w.t0)
-	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
-	return fmt.Sprintf("%.0f%%; bench %.0f%%, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), share(pidCPU(w.pid)-w.backend))
-}
-
-// pidCPU is a process's CPU time so far (user and system), 0 when it
-// cannot be read.
-func pidCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	k, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(u+k) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-// verdict fills in the ratios of the loaded run to the quiet one.
-func (h *hostileReport) verdict() {
-	h.QuietP99, h.LoadedP99, h.AfterP99 = p99(h.Quiet), p99(h.Loaded), p99(h.After)
-	if h.Quiet.P50 > 0 && h.QuietP99 > 0 {
-		h.RatioP50, h.RatioP99 = h.Loaded.P50/h.Quiet.P50, h.LoadedP99/h.QuietP99
-	}
-}
-
-// held says whether the well-behaved account's p99 stayed within the limit.
-func (h *hostileReport) held() bool { return h.RatioP99 > 0 && h.RatioP99 <= h.Limit }
-
-func p99(r *row) float64 {
-	if r == nil || len(r.Samples) == 0 {
-		return 0
-	}
-	return pct(r.Samples, 0.99)
-}
-
-// problems are the phase's failures, for the soak's exit.
-func (h *hostileReport) problems() []string {
-	var out []string
-	for _, r := range []*row{h.Quiet, h.Loaded, h.After} {
-		if r != nil && r.Errors > 0 {
-			out = append(out, fmt.Sprintf("hostile neighbour: %d errors in %q", r.Errors, r.Name))
-		}
-	}
-	if h.FailureCount > 0 {
-		out = append(out, fmt.Sprintf("hostile neighbour: %d of the hostile account's answers were not what their attack allows (see the report)", h.FailureCount))
-	}
-	if !h.held() {
-		out = append(out, fmt.Sprintf("hostile neighbour: the well-behaved account's p99 went from %.1f ms quiet to %.1f ms beside the hostile one, %.2f× (limit %.2f×, -hostile-max-p99-ratio)", h.QuietP99, h.LoadedP99, h.RatioP99, h.Limit))
-	}
-	return out
-}
-
-// markdown is the phase's section of soak.md.
-func (h *hostileReport) markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n### Hostile neighbour\n\n")
-	for _, s := range h.Setup {
-		fmt.Fprintf(&b, "- %s\n", s)
-	}
-	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
-	for _, x := range []struct {
-		name string
-		r    *row
-		p99  float64
-		cpu  string
-	}{{"quiet (the hostile account idle)", h.Quiet, h.QuietP99, h.CPU[0]}, {"beside the hostile account's attacks", h.Loaded, h.LoadedP99, h.CPU[1]}, {"quiet again, after them", h.After, h.AfterP99, h.CPU[2]}} {
-		if x.r == nil {
-			continue
-		}
-		ratios := "| |"
-		if h.Quiet.P50 > 0 && h.QuietP99 > 0 && x.r != h.Quiet {
-			ratios = fmt.Sprintf("%.2f× | %.2f× |", x.r.P50/h.Quiet.P50, x.p99/h.QuietP99)
-		}
-		fmt.Fprintf(&b, "| %s (%d ok, %d errors) | %.1f | %.1f | %.1f | %s %s |\n", x.name, x.r.Count, x.r.Errors, x.r.P50, x.p99, x.r.Max, ratios, x.cpu)
-	}
-	verdict := "held"
-	if !h.held() {
-		verdict = "NOT held"
-	}
-	fmt.Fprintf(&b, "\np99 beside the attacks / quiet p99: %.2f× (limit %.2f×, `-hostile-max-p99-ratio`): %s\n", h.RatioP99, h.Limit, verdict)
-	fmt.Fprintf(&b, "\n| hostile account's attack | requests | answers by status | slowest ms | failures |\n|---|---:|---|---:|---:|\n")
-	for _, a := range h.Attacks {
-		keys := make([]string, 0, len(a.ByStatus))
-		total := 0
-		for k, n := range a.ByStatus {
-			keys = append(keys, k)
-			total += n
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s: %d", k, a.ByStatus[k])
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %d |\n", a.Name, total, strings.Join(parts, ", "), a.Slowest, a.Failures)
-	}
-	fmt.Fprintf(&b, "\nfailures of the hostile account's answers: %d (each must be what its attack expects; a 429 or 503 with Retry-After; no other 5xx; none over %v)\n", h.FailureCount, hostileSlow)
-	for _, f := range h.Failures {
-		fmt.Fprintf(&b, "- %s\n", f)
-	}
-	return b.String()
-}
 
 // The attacks' names, as the report lists them.
 const (
@@ -599,13 +316,6 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	rep.Notes = append(rep.Notes, fmt.Sprintf("hostile neighbour: the well-behaved account's p99 %.1f ms quiet, %.1f ms beside the attacks: %.2f× (limit %.2f×); hostile answers not allowed: %d; containers left: %d",
 		h.QuietP99, h.LoadedP99, h.RatioP99, h.Limit, h.FailureCount, leaked))
 	return problems, nil
-}
-
-func ratio(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
 }
 
 // sandboxID is the id in a create's answer.
