@@ -1,23 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/instance"
-	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/attacks"
 )
 
 // The soak's hostile-neighbour phase (issue 27): one account runs the
@@ -41,6 +36,7 @@ type hostileOptions struct {
 	concurrency int     // goroutines per looping attack
 	maxP99Ratio float64 // the p99 ratio past which the soak fails
 	attacks     string  // -hostile-attacks: which attacks run
+	clients     string  // -hostile-clients: where the attacks' clients run
 }
 
 // attackKeys name the attacks for -hostile-attacks, in the issue's order.
@@ -171,106 +167,28 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	}
 
 	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
-	measure := func(name string, cpu *string) *row {
+	measure := func(name string, attackPid int, cpu *string) *row {
 		fmt.Fprintf(os.Stderr, "soak: %s\n", name)
-		w := startCPUWindow(b.proc.Pid())
+		w := startCPUWindow(b.proc.Pid(), attackPid)
 		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
 		*cpu = w.String()
 		return r
 	}
-	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), &h.CPU[0])
+	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), 0, &h.CPU[0])
 
-	evc := newHostileClient(b.url)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	loop := func(key string, n int, f func()) {
-		if !on[key] {
-			return
-		}
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for !stop.Load() {
-					f()
-				}
-			}()
-		}
-	}
-	long := hostileBody("timeoutMs")
-	loop("long", ho.concurrency, func() {
-		evc.do(atkLongNumber, http.MethodPatch, "/sandboxes/"+files, long, expect{422: "INVALID_TIMEOUT"}, false)
-		evc.do(atkLongNumber, http.MethodPost, "/sandboxes", long, expect{422: "INVALID_TIMEOUT"}, false)
-	})
-	loop("device", ho.concurrency, func() {
-		for _, dev := range []string{"/dev/zero", "/dev/urandom"} {
-			evc.do(atkDevice, http.MethodGet, "/sandboxes/"+files+"/files?path="+dev, nil, expect{400: "FILE_NOT_REGULAR"}, false)
-		}
-	})
-	loop("read", ho.concurrency, func() {
-		st, _, n := evc.do(atkLargeRead, http.MethodGet, "/sandboxes/"+files+"/files?path=/home/user/lt", nil, expect{200: ""}, true)
-		if st == http.StatusOK && n < 8_000_000 {
-			evc.fail(atkLargeRead, fmt.Sprintf("an answer of %d bytes for a file of 8,000,000", n))
-		}
-	})
-	create := expect{201: "", 409: "HOST_SHARE_EXCEEDED"}
-	gone := expect{200: "", 404: ""}
-	loop("burst", 1, func() {
-		var bw sync.WaitGroup
-		for range hostileBurst {
-			bw.Add(1)
-			go func() {
-				defer bw.Done()
-				if st, body, _ := evc.do(atkBurst, http.MethodPost, "/sandboxes", []byte(`{"template":"base","timeoutMs":60000}`), create, false); st == http.StatusCreated {
-					evc.do(atkBurst, http.MethodDelete, "/sandboxes/"+sandboxID(body), nil, gone, false)
-				}
-			}()
-		}
-		bw.Wait()
-		time.Sleep(250 * time.Millisecond)
-	})
-	job := []byte(`{"template":"base","cmd":["sh","-c","head -c 1048576 /dev/zero | tr '\\0' x"]}`)
-	loop("jobs", ho.concurrency, func() {
-		st, body, _ := evc.do(atkJobs, http.MethodPost, "/sandboxes", job, create, false)
-		if st != http.StatusCreated {
-			time.Sleep(250 * time.Millisecond)
-			return
-		}
-		id := sandboxID(body)
-		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
-			st, body, _ := evc.do(atkJobs, http.MethodGet, "/sandboxes/"+id+"?waitFor=exited,terminated&timeoutMs=5000", nil, expect{200: ""}, false)
-			if st == http.StatusOK && (bytes.Contains(body, []byte(`"status":"exited"`)) || bytes.Contains(body, []byte(`"status":"terminated"`))) {
-				if st, _, n := evc.do(atkJobs, http.MethodGet, "/sandboxes/"+id+"/logs", nil, expect{200: ""}, true); st == http.StatusOK && n < 1<<20 {
-					evc.fail(atkJobs, fmt.Sprintf("logs of %d bytes, want 1 MiB and more", n))
-				}
-				break
-			}
-			if st != http.StatusOK && st != http.StatusTooManyRequests {
-				break
-			}
-		}
-		evc.do(atkJobs, http.MethodDelete, "/sandboxes/"+id, nil, gone, false)
-	})
-	if on["dns"] {
-		// The flood runs inside its sandbox, bounded by its own clock and by
-		// the sandbox's delete; it is under way once it has sent a thousand.
-		ran := expect{200: ""}
-		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", attacks.ShellQuote(attacks.DNSFloodScript), floodName), "timeoutMs": 20000})
-		evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", start, ran, false)
-		flooding := false
-		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
-			_, body, _ := evc.do(atkDNS, http.MethodPost, "/sandboxes/"+flooder+"/commands", []byte(`{"cmd":"test -e `+attacks.DNSFloodMark+`","timeoutMs":20000}`), ran, false)
-			flooding = bytes.Contains(body, []byte(`"exitCode":0`))
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !flooding {
-			evc.fail(atkDNS, "the flood never sent its first thousand queries")
-		}
+	plan := attackPlan{Base: b.url, Files: files, Flooder: flooder, On: on, Concurrency: ho.concurrency}
+	var atk attackRunner
+	if ho.clients == clientsInline {
+		atk = startAttacks(plan)
+	} else if atk, err = startAttackProcess(plan); err != nil {
+		return nil, err
 	}
 	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
-	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), &h.CPU[1])
-	stop.Store(true)
-	wg.Wait()
+	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), atk.pid(), &h.CPU[1])
+	res, err := atk.stop()
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
 	// Every sandbox of the hostile account goes: a burst's or a job's
 	// delete answered 429 (never retried) leaves one behind.
@@ -284,7 +202,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	if err := b.waitPool(ctx, o.pool); err != nil {
 		return nil, err
 	}
-	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), &h.CPU[2])
+	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), 0, &h.CPU[2])
 	if err := good.delete(ctx, victim); err != nil {
 		return nil, err
 	}
@@ -293,17 +211,17 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	stopped = true
 	leaked := leftContainers(ctx, rig, instance.ID(data))
 
-	for _, name := range evc.order {
-		h.Attacks = append(h.Attacks, evc.stats[name])
-		h.FailureCount += evc.stats[name].Failures
+	for _, a := range res.Stats {
+		h.Attacks = append(h.Attacks, a)
+		h.FailureCount += a.Failures
 	}
-	h.Failures = evc.failed
+	h.Failures = res.Failed
 	h.verdict()
 	h.Setup = []string{
 		fmt.Sprintf("a backend of its own (--max-in-flight %d, warm pool %d, --host-share 0.5, --host-memory %d GiB, --memory-overcommit 1: the account's share is 6 GiB, the flood's python sandbox, the files' base sandbox and two more), two accounts; the hostile one never honours Retry-After", so.maxInFlight, o.pool, hostileHostMemory>>30),
 		fmt.Sprintf("the well-behaved account: %d × `echo` in one base sandbox, one at a time, quiet, then beside the attacks, then quiet again once they stopped and the hostile sandboxes are deleted", ho.ops),
 		fmt.Sprintf("the hostile account's attacks (-hostile-attacks): %s", strings.Join(slices.DeleteFunc(slices.Clone(attackKeys), func(k string) bool { return !on[k] }), ", ")),
-		fmt.Sprintf("the hostile account: each attack in %d goroutines looping as fast as their answers come (create bursts: one loop, %d at once, every 250 ms; the DNS flood: one for the whole run), on the same %d cores as the backend and the well-behaved account", ho.concurrency, hostileBurst, runtime.NumCPU()),
+		fmt.Sprintf("the hostile account: each attack in %d goroutines looping as fast as their answers come (create bursts: one loop, %d at once, every 250 ms; the DNS flood: one for the whole run), in %s, on the same %d cores as the backend and the well-behaved account", ho.concurrency, hostileBurst, clientsWhere(ho.clients), runtime.NumCPU()),
 	}
 	rep.Hostile = h
 	h.Loaded.Floor, h.Loaded.Ratio, h.Loaded.RatioP95 = h.Quiet.Name, ratio(h.Loaded.P50, h.Quiet.P50), ratio(h.Loaded.P95, h.Quiet.P95)

@@ -36,21 +36,31 @@ type hostileReport struct {
 }
 
 // cpuWindow measures the CPU of a run: the host's busy time, the bench
-// process's (the clients of both accounts) and the backend's.
+// process's (the well-behaved account's client, and the attacks' when
+// they run inline), the attacks' process's when they have one, and the
+// backend's.
 type cpuWindow struct {
-	t0                   time.Time
-	host, bench, backend time.Duration
-	pid                  int
+	t0                              time.Time
+	host, bench, attackers, backend time.Duration
+	backendPid, attackPid           int
 }
 
-func startCPUWindow(backendPid int) cpuWindow {
-	return cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), pid: backendPid}
+func startCPUWindow(backendPid, attackPid int) cpuWindow {
+	w := cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), backendPid: backendPid, attackPid: attackPid}
+	if attackPid != 0 {
+		w.attackers = pidCPU(attackPid)
+	}
+	return w
 }
 
 func (w cpuWindow) String() string {
 	wall := time.Since(w.t0)
 	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
-	return fmt.Sprintf("%.0f%%; bench %.0f%%, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), share(pidCPU(w.pid)-w.backend))
+	attackers := ""
+	if w.attackPid != 0 {
+		attackers = fmt.Sprintf(", attack clients %.0f%%", share(pidCPU(w.attackPid)-w.attackers))
+	}
+	return fmt.Sprintf("%.0f%%; bench %.0f%%%s, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), attackers, share(pidCPU(w.backendPid)-w.backend))
 }
 
 // pidCPU is a process's CPU time so far (user and system), 0 when it

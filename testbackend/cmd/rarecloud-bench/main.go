@@ -49,7 +49,20 @@ func main() {
 	// to 51× at p99), so the default is a regression bound above that
 	// (results/README.md#hostile-neighbour).
 	flag.Float64Var(&o.so.hostile.maxP99Ratio, "hostile-max-p99-ratio", 60, "soak, hostile neighbour: fail when the well-behaved account's p99 beside the attacks exceeds its quiet p99 by more than this factor (issue 27's target: 1.5; the default is set from what a 2-core machine measured)")
+	flag.StringVar(&o.so.hostile.clients, "hostile-clients", clientsProcess, "soak, hostile neighbour: where the attacks' clients run: process (a process of their own, on the same cores) or inline (goroutines of the bench's process, beside the well-behaved account's client)")
+	attackChild := flag.Bool(attackChildFlag, false, "internal: be the hostile neighbour's attacks' process (plan on stdin)")
 	flag.Parse()
+	if *attackChild {
+		if err := runAttackChild(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: attacks: ", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.so.hostile.clients != clientsProcess && o.so.hostile.clients != clientsInline {
+		fmt.Fprintf(os.Stderr, "bench: -hostile-clients %q: want %s or %s\n", o.so.hostile.clients, clientsProcess, clientsInline)
+		os.Exit(2)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: ", err)
 		os.Exit(1)
