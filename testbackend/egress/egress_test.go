@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -470,5 +471,54 @@ func TestForwarderBoundsAFlood(t *testing.T) {
 	defer mu.Unlock()
 	if loads["127.0.0.2"] != 1 || loads["127.0.0.3"] != 1 {
 		t.Errorf("answers loaded into the sets %v times, want once per sandbox (the same address with time to live left)", loads)
+	}
+}
+
+// TestLoadedAnswerWaitsForNoNftRun: a lookup whose addresses the asker's
+// set holds already is answered while another sandbox's nft run holds the
+// table's lock (held here by the test), so one sandbox's updates never
+// queue another's repeated lookups.
+func TestLoadedAnswerWaitsForNoNftRun(t *testing.T) {
+	up := startUpstream(t)
+	c, err := Start(Config{
+		Table: "rarecloud_egress_unit", Bridge: "lo",
+		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
+		Upstream: up.addr,
+		Used:     func(context.Context) ([]netip.Addr, error) { return nil, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var runs atomic.Int64
+	c.run = func(context.Context, string) error { runs.Add(1); return nil }
+	if err := c.Apply(context.Background(), sandbox.EgressPolicy{SandboxID: "sbx-v", IP: "127.0.0.3", Mode: ModeAllowList, Allowlist: []string{"victim.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() error {
+		m := new(dns.Msg)
+		m.SetQuestion("victim.example.com.", dns.TypeA)
+		// The bound only ends a lookup that waits for the lock: an answer
+		// needs none of it (the name's TTL of 30 s keeps the address loaded
+		// for 15 s, however slow the machine).
+		cl := &dns.Client{Net: "udp", Timeout: 10 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)}}}
+		r, _, err := cl.Exchange(m, net.JoinHostPort("127.0.0.1", itoa(c.Port())))
+		if err == nil && (r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1) {
+			err = fmt.Errorf("rcode %s, answer %v", dns.RcodeToString[r.Rcode], r.Answer)
+		}
+		return err
+	}
+	before := runs.Load()
+	if err := ask(); err != nil {
+		t.Fatalf("the first lookup: %v", err)
+	}
+	if runs.Load() == before {
+		t.Fatal("the first lookup loaded nothing: the test proves nothing")
+	}
+	c.nftMu.Lock()
+	err = ask()
+	c.nftMu.Unlock()
+	if err != nil {
+		t.Fatalf("a lookup of an address already loaded, while another nft run held the lock: %v", err)
 	}
 }
