@@ -140,7 +140,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		}
 		m.log.Warn("sandbox start failed", "sandbox", id, "err", startErr)
 		m.mu.Unlock()
-		m.failStart(sb, "the sandbox could not start: "+startErr.Error())
+		m.failStart(sb, startFailure(startErr))
 		return
 	}
 	failpoint.Hit(failpoint.StartContainer)
@@ -196,6 +196,23 @@ func (m *Manager) discardStart(id, cid string, startErr error) {
 		_ = m.rt.Remove(context.Background(), ContainerName(id))
 	}
 	m.releaseEgress(id)
+}
+
+// startFailure is what a failed start tells the sandbox's owner: the
+// runtime's own words for an image it refused, else a plain statement.
+// What the engine answered stays in the backend's log (started logs it):
+// it names the host's setup, not anything the owner can change.
+func startFailure(err error) string {
+	const prefix = "the sandbox could not start: "
+	var refused *container.ImageRefusedError
+	switch {
+	case errors.As(err, &refused):
+		return prefix + refused.Msg
+	case errors.Is(err, container.ErrImageUnavailable):
+		return prefix + "its image is no longer on the engine and could not be pulled again; create it once more"
+	default:
+		return prefix + "the container engine did not start it; the backend's log says why"
+	}
 }
 
 // failStart removes a failed start's container and rules and ends the
