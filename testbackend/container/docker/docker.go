@@ -125,9 +125,10 @@ type Runtime struct {
 	flights          map[string]*pullFlight // pulls under way, by reference
 	pulled           map[string]*pulled     // images this runtime pulled, by reference
 
-	platformMu   sync.Mutex // guards the two below
+	platformMu   sync.Mutex // guards the three below
 	platformOS   string     // the engine's, once asked (image_policy.go)
 	platformArch string
+	ncpu         int // the engine's CPUs, once asked (cpus.go)
 }
 
 var _ container.Runtime = (*Runtime)(nil)

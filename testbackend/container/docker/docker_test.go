@@ -783,3 +783,17 @@ func hostListener(t *testing.T) (int, <-chan struct{}) {
 	}
 	return addr.Port, accepted
 }
+
+// TestCPULimitWithinTheEngine: a limit above the engine's CPUs becomes
+// the engine's CPUs (the engine refuses more), any other stays as it is.
+func TestCPULimitWithinTheEngine(t *testing.T) {
+	for _, c := range []struct {
+		nano int64
+		cpus int
+		want int64
+	}{{2e9, 1, 1e9}, {2e9, 2, 2e9}, {2e9, 8, 2e9}, {5e8, 1, 5e8}, {2e9, 0, 2e9}, {0, 1, 0}} {
+		if got := cpuLimit(c.nano, c.cpus); got != c.want {
+			t.Errorf("cpuLimit(%d, %d) = %d, want %d", c.nano, c.cpus, got, c.want)
+		}
+	}
+}

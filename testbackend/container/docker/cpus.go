@@ -1,0 +1,39 @@
+package docker
+
+import (
+	"context"
+)
+
+// A sandbox's CPU limit is its template's vCPUs, but the engine refuses a
+// limit above the CPUs it may use itself ("Range of CPUs is from 0.01 to
+// 1.00"), and a sandbox could not use more anyway: on a host with fewer
+// CPUs than a template's vCPUs, the limit is the host's CPUs. The API
+// still reports the template's vCPUs, which the account's limit counts.
+
+// engineCPUs is how many CPUs the engine may use (its NCPU, asked once),
+// or 0 when it does not say.
+func (d *Runtime) engineCPUs(ctx context.Context) int {
+	d.platformMu.Lock()
+	n := d.ncpu
+	d.platformMu.Unlock()
+	if n > 0 {
+		return n
+	}
+	info, err := d.cli.Info(ctx)
+	if err != nil || info.NCPU <= 0 {
+		return 0 // the create answers what the engine thinks of the limit
+	}
+	d.platformMu.Lock()
+	d.ncpu = info.NCPU
+	d.platformMu.Unlock()
+	return info.NCPU
+}
+
+// cpuLimit is the limit a container gets for nano (1e-9 CPUs) on an
+// engine with cpus CPUs (0: unknown, nano as it is).
+func cpuLimit(nano int64, cpus int) int64 {
+	if most := int64(cpus) * 1e9; cpus > 0 && nano > most {
+		return most
+	}
+	return nano
+}
