@@ -10,9 +10,9 @@ import (
 // CPUs than a template's vCPUs, the limit is the host's CPUs. The API
 // still reports the template's vCPUs, which the account's limit counts.
 
-// engineCPUs is how many CPUs the engine may use (its NCPU, asked once),
+// EngineCPUs is how many CPUs the engine may use (its NCPU, asked once),
 // or 0 when it does not say.
-func (d *Runtime) engineCPUs(ctx context.Context) int {
+func (d *Runtime) EngineCPUs(ctx context.Context) int {
 	d.platformMu.Lock()
 	n := d.ncpu
 	d.platformMu.Unlock()

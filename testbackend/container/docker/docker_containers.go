@@ -46,7 +46,7 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 	if err := d.checkImage(ctx, spec.Image, img); err != nil {
 		return "", err
 	}
-	spec.NanoCPUs = cpuLimit(spec.NanoCPUs, d.engineCPUs(ctx))
+	spec.NanoCPUs = cpuLimit(spec.NanoCPUs, d.EngineCPUs(ctx))
 	cfg := d.containerConfig(spec)
 	hc := d.hostConfig(spec)
 	switch {
