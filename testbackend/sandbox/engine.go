@@ -98,7 +98,7 @@ func (m *Manager) pingAndReconcile() error {
 		defer rcancel()
 		if err := m.reconcile(rctx); err != nil {
 			m.engineDown(err)
-			return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: reconciling with the container engine at %s failed: %v", m.rt.Address(), err)
+			return errorf(CodeServiceUnavailable, "the sandbox service is unavailable: reconciling with the container engine at %s failed (the backend's log says why); retry later", m.rt.Address())
 		}
 	}
 	m.engine.mu.Lock()
