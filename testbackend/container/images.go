@@ -36,3 +36,15 @@ type ImageRefusedError struct {
 
 func (e *ImageRefusedError) Error() string        { return e.Msg }
 func (e *ImageRefusedError) Is(target error) bool { return target == ErrImageRefused }
+
+// StartRefusedError is a start that failed for what the sandbox's owner
+// chose: a run-mode program that is not in its image. Msg is for API
+// clients and carries nothing the engine said; Err is the engine's
+// answer, for the backend's log.
+type StartRefusedError struct {
+	Msg string
+	Err error
+}
+
+func (e *StartRefusedError) Error() string { return e.Msg + ": " + e.Err.Error() }
+func (e *StartRefusedError) Unwrap() error { return e.Err }

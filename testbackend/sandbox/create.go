@@ -199,15 +199,19 @@ func (m *Manager) discardStart(id, cid string, startErr error) {
 }
 
 // startFailure is what a failed start tells the sandbox's owner: the
-// runtime's own words for an image it refused, else a plain statement.
+// runtime's own words for an image it refused or a program the image
+// lacks, else a plain statement.
 // What the engine answered stays in the backend's log (started logs it):
 // it names the host's setup, not anything the owner can change.
 func startFailure(err error) string {
 	const prefix = "the sandbox could not start: "
 	var refused *container.ImageRefusedError
+	var chosen *container.StartRefusedError
 	switch {
 	case errors.As(err, &refused):
 		return prefix + refused.Msg
+	case errors.As(err, &chosen):
+		return prefix + chosen.Msg
 	case errors.Is(err, container.ErrImageUnavailable):
 		return prefix + "its image is no longer on the engine and could not be pulled again; create it once more"
 	default:

@@ -79,3 +79,32 @@ func TestReconcileFailureIsNotShown(t *testing.T) {
 		t.Errorf("the answer %q shows the engine's words", e.Message)
 	}
 }
+
+// programMissingRuntime fails every start as the Docker runtime does for
+// a run-mode program its image lacks.
+type programMissingRuntime struct{ gateRuntime }
+
+func (*programMissingRuntime) EnsureImage(context.Context, string) error { return nil }
+func (*programMissingRuntime) Start(context.Context, container.Spec) (string, error) {
+	return "", &container.StartRefusedError{Msg: `its program "/nope" is not in image example/any:1`, Err: errors.New("Error response from daemon: OCI runtime start failed")}
+}
+
+// A program the image lacks ends the sandbox start_failed with the
+// runtime's words naming it, which the owner can act on.
+func TestMissingProgramIsNamed(t *testing.T) {
+	m := newManager(t, &programMissingRuntime{}, ModeReal, t.TempDir())
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: "example/any:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := m.WaitStatus(ctx, "acct", res.Sandbox.ID, []string{StatusRunning, StatusExited, StatusTerminated})
+	if err != nil {
+		t.Fatalf("sandbox %s: %v", res.Sandbox.ID, err)
+	}
+	want := `the sandbox could not start: its program "/nope" is not in image example/any:1`
+	if v.Status != StatusTerminated || v.TerminationReason != ReasonStartFailed || v.TerminationMessage != want {
+		t.Fatalf("sandbox %s: %s, %q, %q; want terminated, start_failed, %q", v.ID, v.Status, v.TerminationReason, v.TerminationMessage, want)
+	}
+}

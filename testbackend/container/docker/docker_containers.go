@@ -98,9 +98,34 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 		if isEngineDown(err) {
 			return created.ID, d.engineErr("start container", err)
 		}
-		return created.ID, fmt.Errorf("runtime: start container from %s with runtime %s: %w", spec.Image, d.runtime, err)
+		err = fmt.Errorf("runtime: start container from %s with runtime %s: %w", spec.Image, d.runtime, err)
+		if spec.RunMode && programMissing(err) {
+			return created.ID, &container.StartRefusedError{Msg: missingProgram(spec), Err: err}
+		}
+		return created.ID, err
 	}
 	return created.ID, nil
+}
+
+// programMissing reports a start that failed because the main program is
+// not in the image: runsc cannot load it or find it on PATH, runc cannot
+// find it.
+func programMissing(err error) bool {
+	s := err.Error()
+	return (strings.Contains(s, "failed to load") || strings.Contains(s, "error finding executable")) && strings.Contains(s, "no such file or directory") ||
+		strings.Contains(s, "executable file not found")
+}
+
+// missingProgram says which program a run-mode sandbox lacks.
+func missingProgram(spec container.Spec) string {
+	argv := spec.Entrypoint
+	if len(argv) == 0 {
+		argv = spec.Cmd
+	}
+	if len(argv) == 0 {
+		return fmt.Sprintf("the program of image %s is not in it", spec.Image)
+	}
+	return fmt.Sprintf("its program %q is not in image %s (give a path that exists there, or a name on its PATH)", argv[0], spec.Image)
 }
 
 // containerConfig is the container's own configuration: image, user,

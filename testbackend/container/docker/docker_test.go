@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -794,6 +795,32 @@ func TestCPULimitWithinTheEngine(t *testing.T) {
 	}{{2e9, 1, 1e9}, {2e9, 2, 2e9}, {2e9, 8, 2e9}, {5e8, 1, 5e8}, {2e9, 0, 2e9}, {0, 1, 0}} {
 		if got := cpuLimit(c.nano, c.cpus); got != c.want {
 			t.Errorf("cpuLimit(%d, %d) = %d, want %d", c.nano, c.cpus, got, c.want)
+		}
+	}
+}
+
+// TestRunModeProgramMissing: a run-mode container whose program is not in
+// its image fails to start with the runtime's own words naming the
+// program, not the engine's answer.
+func TestRunModeProgramMissing(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, prog := range []string{"/nonexistent", "nonexistent-program"} {
+		spec := testSpec(t)
+		spec.RunMode = true
+		spec.Cmd = []string{prog}
+		id, err := d.Start(ctx, spec)
+		if id != "" {
+			t.Cleanup(func() { _ = d.Remove(context.Background(), id) })
+		}
+		var refused *container.StartRefusedError
+		if !errors.As(err, &refused) {
+			t.Fatalf("start of %q: %v, want a StartRefusedError", prog, err)
+		}
+		if !strings.Contains(refused.Msg, strconv.Quote(prog)) || strings.Contains(refused.Msg, "daemon") || strings.Contains(refused.Msg, "OCI") {
+			t.Errorf("start of %q: message %q, want the program named in the runtime's own words", prog, refused.Msg)
 		}
 	}
 }
