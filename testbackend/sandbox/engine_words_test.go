@@ -14,20 +14,24 @@ import (
 // What a sandbox's owner is told when the engine fails: the backend's own
 // words, never the engine's answer, which describes the host.
 
-// engineRefusesStartRuntime fails every start as an engine would, with
-// words about the host's setup.
-type engineRefusesStartRuntime struct{ gateRuntime }
-
-func (*engineRefusesStartRuntime) EnsureImage(context.Context, string) error { return nil }
-func (*engineRefusesStartRuntime) Start(context.Context, container.Spec) (string, error) {
-	return "", errors.New("runtime: create container from rarecloud/sandbox-python:latest: Error response from daemon: Range of CPUs is from 0.01 to 1.00, as there are only 1 CPUs available")
+// startFailsRuntime has every image at create and fails every start
+// with what fail says.
+type startFailsRuntime struct {
+	gateRuntime
+	fail func(container.Spec) error
 }
 
-// A start the engine refuses ends the sandbox start_failed with a message
-// of the backend's own: the engine's answer is not shown to the owner.
-func TestEngineRefusalIsNotShown(t *testing.T) {
-	m := newManager(t, &engineRefusesStartRuntime{}, ModeReal, t.TempDir())
-	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: "example/any:1"})
+func (*startFailsRuntime) EnsureImage(context.Context, string) error { return nil }
+func (r *startFailsRuntime) Start(_ context.Context, spec container.Spec) (string, error) {
+	return "", r.fail(spec)
+}
+
+// afterFailedStart creates a sandbox of image on a runtime whose start
+// fails with fail, and returns the sandbox once it has ended.
+func afterFailedStart(t *testing.T, image string, fail func(container.Spec) error) View {
+	t.Helper()
+	m := newManager(t, &startFailsRuntime{fail: fail}, ModeReal, t.TempDir())
+	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: image})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +41,15 @@ func TestEngineRefusalIsNotShown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandbox %s: %v", res.Sandbox.ID, err)
 	}
+	return v
+}
+
+// A start the engine refuses ends the sandbox start_failed with a message
+// of the backend's own: the engine's answer is not shown to the owner.
+func TestEngineRefusalIsNotShown(t *testing.T) {
+	v := afterFailedStart(t, "example/any:1", func(container.Spec) error {
+		return errors.New("runtime: create container from rarecloud/sandbox-python:latest: Error response from daemon: Range of CPUs is from 0.01 to 1.00, as there are only 1 CPUs available")
+	})
 	if v.Status != StatusTerminated || v.TerminationReason != ReasonStartFailed || !strings.HasPrefix(v.TerminationMessage, "the sandbox could not start: ") {
 		t.Fatalf("sandbox %s: %s, %q, %q; want terminated, start_failed, the backend's message", v.ID, v.Status, v.TerminationReason, v.TerminationMessage)
 	}
@@ -80,29 +93,13 @@ func TestReconcileFailureIsNotShown(t *testing.T) {
 	}
 }
 
-// programMissingRuntime fails every start as the Docker runtime does for
-// a run-mode program its image lacks.
-type programMissingRuntime struct{ gateRuntime }
-
-func (*programMissingRuntime) EnsureImage(context.Context, string) error { return nil }
-func (*programMissingRuntime) Start(context.Context, container.Spec) (string, error) {
-	return "", &container.StartRefusedError{Msg: `its program "/nope" is not in image example/any:1`, Err: errors.New("Error response from daemon: OCI runtime start failed")}
-}
-
 // A program the image lacks ends the sandbox start_failed with the
 // runtime's words naming it, which the owner can act on.
 func TestMissingProgramIsNamed(t *testing.T) {
-	m := newManager(t, &programMissingRuntime{}, ModeReal, t.TempDir())
-	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: "example/any:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v, err := m.WaitStatus(ctx, "acct", res.Sandbox.ID, []string{StatusRunning, StatusExited, StatusTerminated})
-	if err != nil {
-		t.Fatalf("sandbox %s: %v", res.Sandbox.ID, err)
-	}
+	// As the Docker runtime reports a run-mode program its image lacks.
+	v := afterFailedStart(t, "example/any:1", func(container.Spec) error {
+		return &container.StartRefusedError{Msg: `its program "/nope" is not in image example/any:1`, Err: errors.New("Error response from daemon: OCI runtime start failed")}
+	})
 	want := `the sandbox could not start: its program "/nope" is not in image example/any:1`
 	if v.Status != StatusTerminated || v.TerminationReason != ReasonStartFailed || v.TerminationMessage != want {
 		t.Fatalf("sandbox %s: %s, %q, %q; want terminated, start_failed, %q", v.ID, v.Status, v.TerminationReason, v.TerminationMessage, want)

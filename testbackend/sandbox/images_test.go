@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
@@ -39,29 +38,14 @@ func TestCreateRefusedImage(t *testing.T) {
 	}
 }
 
-// pullFailsAtStartRuntime has the image at create, and fails to pull it
-// again at start as the Docker runtime's Start reports it.
-type pullFailsAtStartRuntime struct{ gateRuntime }
-
-func (*pullFailsAtStartRuntime) EnsureImage(context.Context, string) error { return nil }
-func (*pullFailsAtStartRuntime) Start(_ context.Context, spec container.Spec) (string, error) {
-	return "", &container.ImageRefusedError{Image: spec.Image, Rule: container.RulePull, Msg: "image \"" + spec.Image + "\" could not be pulled from its registry; check that it exists and is public"}
-}
-
 // A pull that fails after the create answered ends the sandbox
 // terminated, reason start_failed, with the runtime's own message.
 func TestPullFailsAfterCreate(t *testing.T) {
-	m := newManager(t, &pullFailsAtStartRuntime{}, ModeReal, t.TempDir())
-	res, err := m.Create(context.Background(), "acct", "", CreateRequest{Image: "example/gone:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v, err := m.WaitStatus(ctx, "acct", res.Sandbox.ID, []string{StatusRunning, StatusExited, StatusTerminated})
-	if err != nil {
-		t.Fatalf("sandbox %s: %v", res.Sandbox.ID, err)
-	}
+	// The image is there at create; pulling it again at start fails, as the
+	// Docker runtime's Start reports it.
+	v := afterFailedStart(t, "example/gone:1", func(spec container.Spec) error {
+		return &container.ImageRefusedError{Image: spec.Image, Rule: container.RulePull, Msg: "image \"" + spec.Image + "\" could not be pulled from its registry; check that it exists and is public"}
+	})
 	want := `the sandbox could not start: image "example/gone:1" could not be pulled from its registry; check that it exists and is public`
 	if v.Status != StatusTerminated || v.TerminationReason != ReasonStartFailed || v.TerminationMessage != want {
 		t.Fatalf("sandbox %s: %s, %q, %q; want terminated, start_failed, %q", v.ID, v.Status, v.TerminationReason, v.TerminationMessage, want)
