@@ -121,6 +121,22 @@ func startUpstream(t *testing.T) *fakeUpstream {
 	return u
 }
 
+// startUnit starts a controller whose forwarder listens on 127.0.0.1 and
+// whose sandbox network is a range nothing uses; cfg gives the rest (the
+// tests then replace c.run, so their rules stay text).
+func startUnit(t *testing.T, cfg Config) *Controller {
+	t.Helper()
+	cfg.Table, cfg.Bridge = "rarecloud_egress_unit", "lo"
+	cfg.Gateway, cfg.Subnet = netip.MustParseAddr("127.0.0.1"), netip.MustParsePrefix("172.30.99.0/24")
+	cfg.Used = func(context.Context) ([]netip.Addr, error) { return nil, nil }
+	c, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // TestForwarder: the forwarder answers by the asker's policy: allowed
 // names are forwarded with blocked, AAAA and extra records removed and TTLs
 // capped, and their addresses enter the sandbox's set (with the TTL, at
@@ -129,17 +145,7 @@ func startUpstream(t *testing.T) *fakeUpstream {
 // nft scripts are captured.
 func TestForwarder(t *testing.T) {
 	up := startUpstream(t)
-	c, err := Start(Config{
-		Table: "rarecloud_egress_unit", Bridge: "lo",
-		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
-		Blocked:  []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
-		Upstream: up.addr,
-		Used:     func(context.Context) ([]netip.Addr, error) { return nil, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := startUnit(t, Config{Upstream: up.addr, Blocked: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
 	var mu sync.Mutex
 	var scripts []string
 	c.run = func(_ context.Context, s string) error {
@@ -361,16 +367,7 @@ func (u *fakeUpstream) count(name string) int {
 func TestForwarderBoundsAFlood(t *testing.T) {
 	up := startUpstream(t)
 	lim := Limits{Rate: 20, Burst: 20, InFlight: 4, Upstream: 8}
-	c, err := Start(Config{
-		Table: "rarecloud_egress_unit", Bridge: "lo",
-		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
-		Upstream: up.addr, Limits: lim,
-		Used: func(context.Context) ([]netip.Addr, error) { return nil, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := startUnit(t, Config{Upstream: up.addr, Limits: lim})
 	var mu sync.Mutex
 	loads := map[string]int{}
 	c.run = func(_ context.Context, s string) error {
@@ -480,16 +477,7 @@ func TestForwarderBoundsAFlood(t *testing.T) {
 // queue another's repeated lookups.
 func TestLoadedAnswerWaitsForNoNftRun(t *testing.T) {
 	up := startUpstream(t)
-	c, err := Start(Config{
-		Table: "rarecloud_egress_unit", Bridge: "lo",
-		Gateway: netip.MustParseAddr("127.0.0.1"), Subnet: netip.MustParsePrefix("172.30.99.0/24"),
-		Upstream: up.addr,
-		Used:     func(context.Context) ([]netip.Addr, error) { return nil, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := startUnit(t, Config{Upstream: up.addr})
 	var runs atomic.Int64
 	c.run = func(context.Context, string) error { runs.Add(1); return nil }
 	if err := c.Apply(context.Background(), sandbox.EgressPolicy{SandboxID: "sbx-v", IP: "127.0.0.3", Mode: ModeAllowList, Allowlist: []string{"victim.example.com"}}); err != nil {
@@ -516,7 +504,7 @@ func TestLoadedAnswerWaitsForNoNftRun(t *testing.T) {
 		t.Fatal("the first lookup loaded nothing: the test proves nothing")
 	}
 	c.nftMu.Lock()
-	err = ask()
+	err := ask()
 	c.nftMu.Unlock()
 	if err != nil {
 		t.Fatalf("a lookup of an address already loaded, while another nft run held the lock: %v", err)
