@@ -107,9 +107,11 @@ for p in pids:
     os.waitpid(p, 0)
 print("burnt")
 `
+	n0, s0 := throttling(t, cids[boxes[0].ID])
 	before, t0 := usage(), time.Now()
 	res := c.python(boxes[0].ID, burn, 60000)
 	used, wall := usage()-before, time.Since(t0)
+	n1, s1 := throttling(t, cids[boxes[0].ID])
 	if strings.TrimSpace(res.Stdout) != "burnt" {
 		t.Fatalf("burner: %v", res)
 	}
@@ -118,6 +120,40 @@ print("burnt")
 	if used > limit {
 		t.Errorf("the sandbox used %v of CPU in %v with a quota of %.1f vCPU", used, wall, quota)
 	}
+	// A throttled sandbox waits for the next period: with the engine's
+	// default period (100 ms) a burst on every CPU stopped the whole
+	// sandbox, agent included, for about 50 ms at a time. No stop may be
+	// longer than the sandbox's period (10 ms); the kernel counts a stop
+	// once on each CPU it stops. On a machine too busy for the burners to
+	// exceed the quota there is no stop at all.
+	t.Logf("throttled %d times, %v in all", n1-n0, s1-s0)
+	if n, most := n1-n0, 10*time.Millisecond*time.Duration(cpus); n > 0 && (s1-s0)/time.Duration(n) > most {
+		t.Errorf("the sandbox was stopped %d times for %v in all: %v each, want at most one 10 ms period on each of the %.0f CPUs", n, s1-s0, (s1-s0)/time.Duration(n), cpus)
+	}
+}
+
+// throttling is how often the kernel has stopped a container for its
+// CPU quota, and for how long in all (cgroup v1 or v2).
+func throttling(t *testing.T, cid string) (periods int64, stalled time.Duration) {
+	t.Helper()
+	path, unit, key := filepath.Join("/sys/fs/cgroup/cpu/docker", cid, "cpu.stat"), time.Nanosecond, "throttled_time "
+	if _, err := os.Stat(path); err != nil {
+		path, unit, key = filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope", "cpu.stat"), time.Microsecond, "throttled_usec "
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+			periods, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			stalled = time.Duration(n) * unit
+		}
+	}
+	return periods, stalled
 }
 
 // containerIDs maps the shared backend's sandboxes to their containers.

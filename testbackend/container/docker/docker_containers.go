@@ -185,9 +185,11 @@ func (d *Runtime) hostConfig(spec container.Spec) *dockercontainer.HostConfig {
 		AutoRemove:     false,
 		RestartPolicy:  dockercontainer.RestartPolicy{Name: dockercontainer.RestartPolicyDisabled},
 		Resources: dockercontainer.Resources{
-			Memory:   spec.MemoryBytes,
-			NanoCPUs: spec.NanoCPUs,
+			Memory: spec.MemoryBytes,
 		},
+	}
+	if spec.NanoCPUs > 0 {
+		hc.CPUPeriod, hc.CPUQuota = cpuQuota(spec.NanoCPUs)
 	}
 	if spec.MemoryBytes > 0 {
 		hc.MemorySwap = spec.MemoryBytes // no swap on top

@@ -799,6 +799,16 @@ func TestCPULimitWithinTheEngine(t *testing.T) {
 	}
 }
 
+// TestCPUQuota: the quota is the limit's share of a 10 ms period, never
+// under the kernel's least quota.
+func TestCPUQuota(t *testing.T) {
+	for _, c := range []struct{ nano, quota int64 }{{1e9, 10000}, {2e9, 20000}, {5e8, 5000}, {1e7, 1000}} {
+		if p, q := cpuQuota(c.nano); p != 10000 || q != c.quota {
+			t.Errorf("cpuQuota(%d) = %d, %d; want 10000, %d", c.nano, p, q, c.quota)
+		}
+	}
+}
+
 // TestRunModeProgramMissing: a run-mode container whose program is not in
 // its image fails to start with the runtime's own words naming the
 // program, not the engine's answer.
