@@ -151,11 +151,13 @@ func checkStillRunning(t *testing.T, id string) {
 // says "not found" only when the API does; a wrong endpoint's 404 names
 // the endpoint instead.
 func TestSandboxDataSourceWrongEndpoint(t *testing.T) {
+	t.Parallel()
 	for name, api := range map[string]string{
 		"html":     notFoundServer(t, "text/html", "<html><body>Not Found</body></html>"),
 		"no route": newScriptedNotFoundEverywhere(t),
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 				Steps: []resource.TestStep{{

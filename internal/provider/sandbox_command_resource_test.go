@@ -45,7 +45,7 @@ func checkBackendOutput(sandboxAddr, cmd, want string) resource.TestCheckFunc {
 // refresh, forgets it on destroy without touching the sandbox, and drops
 // it when the sandbox is gone.
 func TestAccSandboxCommand_runs(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	cfg := func(trigger string, keep bool) string {
 		c := fileTestSandbox + fmt.Sprintf(`
 resource "rarecloud_sandbox_command" "shell" {

@@ -54,8 +54,10 @@ func manyHosts(n int) string {
 }
 
 func TestSandboxEgressAndIdleValidation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range egressValidationCases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 				Steps: []resource.TestStep{{
@@ -69,8 +71,10 @@ func TestSandboxEgressAndIdleValidation(t *testing.T) {
 }
 
 func TestSandboxEphemeralEgressAndIdleValidation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range egressValidationCases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{requireCLI(featureEphemeral)},
 				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -87,6 +91,7 @@ func TestSandboxEphemeralEgressAndIdleValidation(t *testing.T) {
 // TestSandboxEgressValidAccepted: the valid forms pass validation (the
 // plan against an unreachable API gets as far as the plan).
 func TestSandboxEgressValidAccepted(t *testing.T) {
+	t.Parallel()
 	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{{
@@ -115,6 +120,7 @@ resource "rarecloud_sandbox" "all" {
 // is created with that mode (the API's object says so); changing the mode
 // or the list plans a replacement; ALLOW_ALL where nothing was set does not.
 func TestSandboxEgressReplaces(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
 	cfg := func(body string) string {
@@ -194,6 +200,7 @@ func TestSandboxEgressReplaces(t *testing.T) {
 // egressMode would hand out an unrestricted sandbox: the create fails and
 // the sandbox is deleted.
 func TestSandboxEgressNotAppliedIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	f.ignoreEgress = true
 	resource.UnitTest(t, resource.TestCase{

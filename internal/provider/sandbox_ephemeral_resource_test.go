@@ -639,6 +639,7 @@ func (e *ephemeralServer) close(t *testing.T, ctx context.Context, private []byt
 // TestSandboxEphemeralValidation: the ephemeral sandbox's arguments are
 // checked like the resource's, before anything is created.
 func TestSandboxEphemeralValidation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, config, want string
 	}{
@@ -651,6 +652,7 @@ func TestSandboxEphemeralValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				TerraformVersionChecks: []tfversion.TerraformVersionCheck{
 					requireCLI(featureEphemeral),

@@ -74,6 +74,7 @@ func backendSandbox(b *testbackend.Backend, addr string, check func(*client.Sand
 // timeout_ms on the test backend: what the provider sends is what the
 // backend applies and reports back.
 func TestSandboxExtensionsTestMode(t *testing.T) {
+	t.Parallel()
 	b := startTestModeBackend(t)
 	const addr = "rarecloud_sandbox.test"
 	cfg := func(body string) string {
@@ -145,6 +146,7 @@ func TestSandboxExtensionsTestMode(t *testing.T) {
 // base sandbox) cannot create another: the diagnostic names the limit,
 // the use and what to do.
 func TestSandboxVCPULimitTestMode(t *testing.T) {
+	t.Parallel()
 	b := startTestModeBackend(t)
 	one := testModeProvider(b, tokenSmall) + "resource \"rarecloud_sandbox\" \"first\" {}\n"
 	resource.UnitTest(t, resource.TestCase{

@@ -91,6 +91,7 @@ func scriptedSandbox(status string) map[string]any {
 // TestSandboxTerminatedWhileStarting: a sandbox that terminates during
 // create is reported with its termination reason and deleted.
 func TestSandboxTerminatedWhileStarting(t *testing.T) {
+	t.Parallel()
 	sbx := scriptedSandbox("terminated")
 	sbx["terminationReason"] = "container lost: engine restarted"
 	api := newScriptedAPI(t, sbx)
@@ -109,6 +110,7 @@ func TestSandboxTerminatedWhileStarting(t *testing.T) {
 // TestSandboxCreateTimeout: a sandbox that never becomes ready fails the
 // create within the create timeout, naming the sandbox.
 func TestSandboxCreateTimeout(t *testing.T) {
+	t.Parallel()
 	api := newScriptedAPI(t, scriptedSandbox("pending"))
 	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,

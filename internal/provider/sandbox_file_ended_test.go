@@ -73,7 +73,7 @@ resource "rarecloud_sandbox_file" "stop" {
 // sandbox that no longer exists (Terraform's refresh usually drops such a
 // file first): it succeeds.
 func TestAccSandboxFile_deleteWhenSandboxGone(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testClient(tokenA)

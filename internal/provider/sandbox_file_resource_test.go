@@ -110,7 +110,7 @@ resource "rarecloud_sandbox" "box" {
 // them in place, repairs drift made inside the sandbox, imports them,
 // removes one, and recreates them all when the sandbox is gone.
 func TestAccSandboxFile_lifecycle(t *testing.T) {
-	skipUnlessAcc(t)
+	parallelAcc(t)
 	dir := t.TempDir()
 	notes := filepath.Join(dir, "notes.md")
 	big := filepath.Join(dir, "big.bin")

@@ -109,6 +109,7 @@ func TestAccSandbox_failOnNonzeroExit(t *testing.T) {
 // TestAccSandbox_failOnNonzeroExitNeedsWait: the flag without
 // wait_for_exit is a configuration error naming the fix.
 func TestAccSandbox_failOnNonzeroExitNeedsWait(t *testing.T) {
+	t.Parallel()
 	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{{
@@ -129,6 +130,7 @@ resource "rarecloud_sandbox" "job" {
 // records the values, then an empty plan); different keys, or a changed
 // value afterwards, replace it.
 func TestAccSandbox_importWithEnvKeepsSandbox(t *testing.T) {
+	parallelAcc(t)
 	testAccPreCheck(t)
 	const addr = "rarecloud_sandbox.imported"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -31,6 +31,7 @@ func fakeSandboxConfig(f *contractFake, body string) string {
 // extensions works against an API v1 that refuses unknown create fields
 // and has no PATCH, and sends only v1 fields.
 func TestSandboxV1ConfigSendsV1Body(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	f.v1Only = true
 	f.patchAnswer = http.StatusMethodNotAllowed
@@ -67,6 +68,7 @@ func TestSandboxV1ConfigSendsV1Body(t *testing.T) {
 // replacement: the same sandbox, PATCH with only timeoutMs, expires_at
 // moved to created_at plus the new lifetime, and no diff afterwards.
 func TestSandboxTimeoutInPlace(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
 	var id string
@@ -141,8 +143,10 @@ func checkExpiresAfterCreate(addr string, want time.Duration) tfresource.TestChe
 // route (405, or its "no such route" 404) the apply fails, says so and how
 // to replace the sandbox, and leaves the state as it was.
 func TestSandboxTimeoutInPlaceUnsupported(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{http.StatusMethodNotAllowed, http.StatusNotFound} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
 			f := newContractFake(t)
 			f.patchAnswer = status
 			before := fakeSandboxConfig(f, "timeout_ms = 600000")
@@ -170,6 +174,7 @@ func TestSandboxTimeoutInPlaceUnsupported(t *testing.T) {
 // TestSandboxTimeoutInPlaceRefused: the API's own refusals of a PATCH
 // name what to do, and leave the state as it was.
 func TestSandboxTimeoutInPlaceRefused(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
 	var id string
@@ -195,6 +200,7 @@ func TestSandboxTimeoutInPlaceRefused(t *testing.T) {
 // place (0 turns it off), idle_expires_at follows it and moving it (as
 // activity does) plans nothing.
 func TestSandboxIdleTimeout(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
 	var id string
@@ -283,6 +289,7 @@ func TestSandboxIdleTimeout(t *testing.T) {
 // TestSandboxTerminatedIsReplaced: a sandbox the API terminated leaves
 // the state on refresh, and the next apply creates a new one.
 func TestSandboxTerminatedIsReplaced(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	const addr = "rarecloud_sandbox.test"
 	var id string
@@ -356,6 +363,7 @@ func TestSandboxReadTerminatedWarns(t *testing.T) {
 // TestSandboxVCPULimitDiagnostic: a create refused for the account's vCPU
 // limit says the limit, the use and what to do.
 func TestSandboxVCPULimitDiagnostic(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	f.createError = &fakeError{status: 409, code: client.CodeVCPULimitExceeded,
 		message: "account acct-a is at its vCPU limit: its live sandboxes use 4 of 4 vCPUs and a base sandbox needs 1 more; delete sandboxes you no longer need (capacity frees at once) or ask for a higher limit"}
@@ -372,6 +380,7 @@ func TestSandboxVCPULimitDiagnostic(t *testing.T) {
 // TestSandboxDataSourceExtensions: the data sources export the extension
 // fields: egress, idle timeout and why a terminated sandbox ended.
 func TestSandboxDataSourceExtensions(t *testing.T) {
+	t.Parallel()
 	f := newContractFake(t)
 	c, err := client.New(client.Config{BaseURL: f.srv.URL, Token: "rc_pat_fake"})
 	if err != nil {

@@ -150,6 +150,7 @@ func randomSecret(t *testing.T) string {
 // TestSandboxWriteOnlyValidation: env_wo and its version go together, and
 // a variable is set in env or env_wo, not both. No backend needed.
 func TestSandboxWriteOnlyValidation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		config string
@@ -163,6 +164,7 @@ func TestSandboxWriteOnlyValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				TerraformVersionChecks: []tfversion.TerraformVersionCheck{
 					requireCLI(featureWriteOnly),

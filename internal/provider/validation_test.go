@@ -18,6 +18,7 @@ provider "rarecloud" {
 `
 
 func TestSandboxValidation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		config string
@@ -36,6 +37,7 @@ func TestSandboxValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resource.UnitTest(t, resource.TestCase{
 				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 				Steps: []resource.TestStep{{
@@ -49,7 +51,9 @@ func TestSandboxValidation(t *testing.T) {
 }
 
 func TestProviderValidation(t *testing.T) {
+	t.Parallel()
 	t.Run("bad default label key", func(t *testing.T) {
+		t.Parallel()
 		resource.UnitTest(t, resource.TestCase{
 			ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 			Steps: []resource.TestStep{{
