@@ -100,7 +100,9 @@ func TestFilesNotRegularTestMode(t *testing.T) {
 }
 
 // TestFileReadRacesASwappedFIFO: sandbox code swaps a FIFO and a regular
-// file at a path as fast as it can while the file route reads it. Every
+// file at a path, each in place for about a millisecond, while the file
+// route reads it: a read script's check and open are milliseconds apart
+// under gVisor, so the path often changes between them. Every
 // read answers at once, with the file's content or FILE_NOT_REGULAR (or
 // FILE_NOT_FOUND in the instant between the two renames), never held until
 // the route's timeout: a read script that checks the path and then opens
@@ -108,13 +110,17 @@ func TestFilesNotRegularTestMode(t *testing.T) {
 // same holds in a run-mode sandbox, whose program is the swap.
 func TestFileReadRacesASwappedFIFO(t *testing.T) {
 	t.Parallel()
-	// Renames, microseconds apart: the path is a FIFO or the file in turn.
+	// The path is a FIFO or the file in turn, each for about a millisecond
+	// (absent for the instant between two renames). The pauses keep the
+	// swap from spending its whole vCPU: without them the sandbox's reads
+	// queued behind it, and the two swaps took two cores from the rest of
+	// the suite for minutes.
 	swapper := `import os, time
 os.mkfifo("/tmp/f"); open("/tmp/r", "w").write("x")
 end = time.time() + 300
 while time.time() < end:
-    os.rename("/tmp/f", "/tmp/p"); os.rename("/tmp/p", "/tmp/f")
-    os.rename("/tmp/r", "/tmp/p"); os.rename("/tmp/p", "/tmp/r")
+    os.rename("/tmp/f", "/tmp/p"); time.sleep(0.001); os.rename("/tmp/p", "/tmp/f")
+    os.rename("/tmp/r", "/tmp/p"); time.sleep(0.001); os.rename("/tmp/p", "/tmp/r")
 `
 	for _, mode := range []string{"commands", "run mode"} {
 		t.Run(mode, func(t *testing.T) {
