@@ -125,7 +125,12 @@ start_runsc() {
 		chmod 0755 "$runsc_tmp/stand-in"
 		mv -f "$runsc_tmp/stand-in" "$RC_RUNSC"
 	fi
-	CGO_ENABLED=0 GOBIN="$runsc_tmp" GOFLAGS=-buildvcs=false go install "$want" </dev/null >"$RC_RUNSC_LOG" 2>&1 &
+	# CGO_ENABLED=0 -trimpath, as the other tools' builds (OpenTofu below,
+	# scripts/tool.sh, the agent's, the release check's): Go's build cache
+	# is shared only by builds with the same flags, and on a fresh machine
+	# they compile the standard library and some modules (protobuf, gRPC)
+	# once for all of them.
+	CGO_ENABLED=0 GOBIN="$runsc_tmp" GOFLAGS=-buildvcs=false go install -trimpath "$want" </dev/null >"$RC_RUNSC_LOG" 2>&1 &
 	runsc_pid=$!
 }
 

@@ -52,7 +52,9 @@ ensure() {
 		info=$(go version -m "$bin" 2>/dev/null || true)
 		if ! grep -qP "^\tmod\t\Q$module\E\t\Q$version\E\t" <<<"$info"; then
 			echo "$1: installing $pkg@$version into $gobin" >&2
-			GOBIN=$gobin GOFLAGS=-buildvcs=false go install "$pkg@$version"
+			# The flags of the other tools' builds (scripts/setup.sh's
+			# runsc): one build cache for all of them on a fresh machine.
+			CGO_ENABLED=0 GOBIN=$gobin GOFLAGS=-buildvcs=false go install -trimpath "$pkg@$version"
 		fi
 	) 9>"$gobin/.$1.lock"
 }
