@@ -108,7 +108,8 @@ resource "rarecloud_sandbox" "box" {
 // TestAccSandboxFile_lifecycle writes text, base64 and local files (text
 // and binary, one binary large enough to travel in two parts), updates
 // them in place, repairs drift made inside the sandbox, imports them,
-// removes one, and recreates them all when the sandbox is gone.
+// removes one, and recreates them all when the sandbox is gone. Content
+// of the largest size is TestAccSandboxFile_longContent's.
 func TestAccSandboxFile_lifecycle(t *testing.T) {
 	parallelAcc(t)
 	dir := t.TempDir()
@@ -118,7 +119,6 @@ func TestAccSandboxFile_lifecycle(t *testing.T) {
 	bigData := randomBytes(t, 900_000) // 1.2 million base64 characters: two parts
 	mustWrite(t, big, bigData)
 	blob := randomBytes(t, 300)
-	longText := strings.Repeat("é", maxFileChars) // 1,000,000 characters, 2,000,000 bytes
 
 	cfg := func(text string) string {
 		return fileTestSandbox + fmt.Sprintf(`
@@ -145,13 +145,7 @@ resource "rarecloud_sandbox_file" "big" {
   path       = "/home/user/big.bin"
   source     = %q
 }
-
-resource "rarecloud_sandbox_file" "long" {
-  sandbox_id = rarecloud_sandbox.box.id
-  path       = "/tmp/long.txt"
-  content    = join("", [for i in range(1000) : %q])
-}
-`, text, base64.StdEncoding.EncodeToString(blob), notes, big, strings.Repeat("é", 1000))
+`, text, base64.StdEncoding.EncodeToString(blob), notes, big)
 	}
 	var sbx string
 	sameID := statecheck.CompareValue(compare.ValuesSame())
@@ -171,7 +165,6 @@ resource "rarecloud_sandbox_file" "long" {
 					statecheck.ExpectKnownValue("rarecloud_sandbox_file.notes", tfjsonpath.New("sha256"), knownvalue.StringExact(hexSum([]byte("# notes\nversion 1\n")))),
 					statecheck.ExpectKnownValue("rarecloud_sandbox_file.big", tfjsonpath.New("sha256"), knownvalue.StringExact(hexSum(bigData))),
 					statecheck.ExpectKnownValue("rarecloud_sandbox_file.big", tfjsonpath.New("content"), knownvalue.Null()),
-					statecheck.ExpectKnownValue("rarecloud_sandbox_file.long", tfjsonpath.New("sha256"), knownvalue.StringExact(hexSum([]byte(longText)))),
 					sameID.AddStateValue("rarecloud_sandbox_file.text", tfjsonpath.New("id")),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
@@ -180,7 +173,6 @@ resource "rarecloud_sandbox_file" "long" {
 					checkBackendFile("/tmp/data/blob.bin", func() string { return hexSum(blob) }),
 					checkBackendFile("/home/user/notes.md", readNotes),
 					checkBackendFile("/home/user/big.bin", func() string { return hexSum(bigData) }),
-					checkBackendFile("/tmp/long.txt", func() string { return hexSum([]byte(longText)) }),
 				),
 			},
 			{
@@ -213,7 +205,6 @@ resource "rarecloud_sandbox_file" "long" {
 					plancheck.ExpectResourceAction("rarecloud_sandbox_file.blob", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("rarecloud_sandbox_file.big", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("rarecloud_sandbox_file.notes", plancheck.ResourceActionNoop),
-					plancheck.ExpectResourceAction("rarecloud_sandbox_file.long", plancheck.ResourceActionNoop),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					checkBackendFile("/home/user/app/hello.txt", func() string { return hexSum([]byte("hello again\n")) }),
@@ -269,5 +260,34 @@ resource "rarecloud_sandbox_file" "long" {
 				),
 			},
 		},
+	})
+}
+
+// TestAccSandboxFile_longContent writes content of the largest size,
+// 1,000,000 characters of two bytes each: the file holds all of it, and a
+// refresh that reads it back plans no change. It is a test of its own:
+// every Terraform command of a test carries the content in its
+// configuration and state, and in the lifecycle test's eleven steps it
+// took half of that test's CPU.
+func TestAccSandboxFile_longContent(t *testing.T) {
+	parallelAcc(t)
+	longText := strings.Repeat("é", maxFileChars) // 1,000,000 characters, 2,000,000 bytes
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             testAccCheckSandboxDestroyed,
+		Steps: []resource.TestStep{{
+			Config: fileTestSandbox + fmt.Sprintf(`
+resource "rarecloud_sandbox_file" "long" {
+  sandbox_id = rarecloud_sandbox.box.id
+  path       = "/tmp/long.txt"
+  content    = join("", [for i in range(1000) : %q])
+}
+`, strings.Repeat("é", 1000)),
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("rarecloud_sandbox_file.long", tfjsonpath.New("sha256"), knownvalue.StringExact(hexSum([]byte(longText)))),
+			},
+			Check: checkBackendFile("/tmp/long.txt", func() string { return hexSum([]byte(longText)) }),
+		}},
 	})
 }
