@@ -126,7 +126,7 @@ start_runsc() {
 		mv -f "$runsc_tmp/stand-in" "$RC_RUNSC"
 	fi
 	# CGO_ENABLED=0 -trimpath, as the other tools' builds (OpenTofu below,
-	# scripts/tool.sh, the agent's, the release check's): Go's build cache
+	# scripts/tool.sh) and every Go build make runs (GNUmakefile): Go's build cache
 	# is shared only by builds with the same flags, and on a fresh machine
 	# they compile the standard library and some modules (protobuf, gRPC)
 	# once for all of them.

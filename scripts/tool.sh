@@ -53,7 +53,8 @@ ensure() {
 		if ! grep -qP "^\tmod\t\Q$module\E\t\Q$version\E\t" <<<"$info"; then
 			echo "$1: installing $pkg@$version into $gobin" >&2
 			# The flags of the other tools' builds (scripts/setup.sh's
-			# runsc): one build cache for all of them on a fresh machine.
+			# runsc) and of make's (GNUmakefile): one build cache for all
+			# of them on a fresh machine.
 			CGO_ENABLED=0 GOBIN=$gobin GOFLAGS=-buildvcs=false go install -trimpath "$pkg@$version"
 		fi
 	) 9>"$gobin/.$1.lock"
