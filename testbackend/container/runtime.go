@@ -54,6 +54,9 @@ type Spec struct {
 	HomeBytes   int64 // size of the /home/user tmpfs
 	TmpBytes    int64 // size of the /tmp tmpfs
 	MaxProcs    int64 // process limit for the sandbox user
+	// CPUWeight is the container's share of contended CPUs against other
+	// containers (CPUWeigher); 0 leaves the engine's default.
+	CPUWeight int
 
 	// IPv4 fixes the sandbox's address on its network (egress rules are
 	// keyed on it before the container exists); "" lets the engine choose.
@@ -151,6 +154,27 @@ type Runtime interface {
 	// Close releases the engine client.
 	Close() error
 }
+
+// CPUWeigher is implemented by a runtime that can weigh its running
+// containers' CPU against each other. A weight is a share, not a limit:
+// when the host's CPUs are contended, the kernel gives each busy
+// container CPU time in proportion to its weight, each within its own
+// CPU limit; an uncontended host gives every container what it asks.
+// DefaultCPUWeight is the kernel's weight for a container nobody
+// weighed (and for each host process); MinCPUWeight is the least.
+type CPUWeigher interface {
+	// SetCPUWeight sets a running container's weight, at once.
+	// ErrNotFound or ErrNotRunning when it has no processes to weigh.
+	SetCPUWeight(ctx context.Context, id string, weight int) error
+}
+
+// The bounds of a CPU weight (cgroup v1's cpu.shares; v2's cpu.weight is
+// mapped from them the way the engine maps its CPU shares).
+const (
+	DefaultCPUWeight = 1024
+	MinCPUWeight     = 2
+	MaxCPUWeight     = 262144
+)
 
 // Immediate is implemented by a runtime that runs nothing (the test mode's,
 // package testmode) when Immediate reports true: Start returns with the

@@ -26,9 +26,12 @@ import (
 // Every run has its own tokens and canary, so a search for them inside a
 // sandbox can only find what this run put there.
 var (
-	tokA   = "rc_pat_iso_a_" + randomHex(12)
-	tokB   = "rc_pat_iso_b_" + randomHex(12)
-	canary = "rc-iso-canary-" + randomHex(12)
+	tokA = "rc_pat_iso_a_" + randomHex(12)
+	tokB = "rc_pat_iso_b_" + randomHex(12)
+	// The CPU share test's two accounts, used by no other test.
+	tokHeavy = "rc_pat_iso_heavy_" + randomHex(12)
+	tokLight = "rc_pat_iso_light_" + randomHex(12)
+	canary   = "rc-iso-canary-" + randomHex(12)
 )
 
 // canaryEnv is set in the test process (and so in the backend running in
@@ -52,6 +55,8 @@ func testTokens() []testbackend.Token {
 	return []testbackend.Token{
 		{Token: tokA, Account: "acct-a", Scopes: rw},
 		{Token: tokB, Account: "acct-b", Scopes: rw},
+		{Token: tokHeavy, Account: "acct-cpu-heavy", Scopes: rw},
+		{Token: tokLight, Account: "acct-cpu-light", Scopes: rw},
 	}
 }
 

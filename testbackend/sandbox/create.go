@@ -72,6 +72,7 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	}
 	m.starting[sb.ID] = true
 	spec := m.specFor(sb)
+	spec.CPUWeight = m.startWeightLocked(sb)
 	id, account := sb.ID, sb.Account
 	m.wg.Add(1)
 	go func() {

@@ -15,7 +15,8 @@ import (
 // it counted for, so that taking it out undoes exactly that. The host's
 // totals over every account (m.live, m.liveAccounts) are kept the same
 // way, for the host capacity check (hostcap.go) and the start queue's
-// share (startqueue.go). Besides the
+// share (startqueue.go); every change marks the account for the CPU
+// weights (weights.go), which read its live sandboxes. Besides the
 // records, an account's index counts the vCPUs admitted for its creates
 // whose records are not in m.boxes yet (holdLocked, unholdLocked).
 
@@ -26,8 +27,9 @@ type accountIndex struct {
 	// sandboxes: integers, so adding and taking away never drift.
 	liveMilli int64
 	// live is the memory and the number of its pending and running
-	// sandboxes.
-	live liveUse
+	// sandboxes, and liveBoxes those sandboxes (weights.go reads them).
+	live      liveUse
+	liveBoxes map[string]*store.Sandbox
 	// heldMilli is the vCPUs, in thousandths, held for its admitted
 	// creates until their records count them (create_admit.go).
 	heldMilli int64
@@ -63,7 +65,7 @@ func milliVCPU(v float64) int64 { return int64(math.Round(v * 1000)) }
 func (m *Manager) accountLocked(account string) *accountIndex {
 	a := m.accounts[account]
 	if a == nil {
-		a = &accountIndex{boxes: map[string]indexed{}}
+		a = &accountIndex{boxes: map[string]indexed{}, liveBoxes: map[string]*store.Sandbox{}}
 		m.accounts[account] = a
 	}
 	return a
@@ -97,9 +99,14 @@ func (m *Manager) reindexLocked(sb *store.Sandbox) {
 	m.live.sub(old.live)
 	m.live.add(e.live)
 	a.boxes[sb.ID] = e
+	m.weighLocked(sb.Account)
 	if isLive(sb.Status) {
+		a.liveBoxes[sb.ID] = sb
 		a.ended.remove(sb.ID)
-	} else if !a.ended.has(sb.ID) {
+		return
+	}
+	delete(a.liveBoxes, sb.ID)
+	if !a.ended.has(sb.ID) {
 		a.ended.add(sb.ID, endedAt(sb), m.nextSeqLocked())
 	}
 }
@@ -139,7 +146,9 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 	m.countLiveAccountLocked(before, a.live.count)
 	m.live.sub(old.live)
 	delete(a.boxes, sb.ID)
+	delete(a.liveBoxes, sb.ID)
 	a.ended.remove(sb.ID)
+	m.weighLocked(sb.Account)
 	m.dropEmptyAccountLocked(sb.Account)
 }
 

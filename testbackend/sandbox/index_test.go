@@ -20,9 +20,11 @@ func checkIndex(m *Manager) error {
 	use := map[string]liveUse{}
 	var total liveUse
 	ended := map[string][]string{}
+	liveIDs := map[string][]string{}
 	for id, sb := range m.boxes {
 		ids[sb.Account] = append(ids[sb.Account], id)
 		if isLive(sb.Status) {
+			liveIDs[sb.Account] = append(liveIDs[sb.Account], id)
 			live[sb.Account] += milliVCPU(m.sandboxVCPU(sb))
 			u := use[sb.Account]
 			u.add(liveUse{mem: m.sandboxMemory(sb), count: 1})
@@ -88,6 +90,16 @@ func checkIndex(m *Manager) error {
 		}
 		if got, want := setKeys(&a.ended), sorted(ended[account]); !slices.Equal(got, want) {
 			return fmt.Errorf("account %s: the index has ended sandboxes %v, the records %v", account, got, want)
+		}
+		var gotLive []string
+		for id, sb := range a.liveBoxes {
+			if m.boxes[id] != sb {
+				return fmt.Errorf("account %s: the live index holds another record of %s", account, id)
+			}
+			gotLive = append(gotLive, id)
+		}
+		if got, want := sorted(gotLive), sorted(liveIDs[account]); !slices.Equal(got, want) {
+			return fmt.Errorf("account %s: the index has live sandboxes %v, the records %v", account, got, want)
 		}
 	}
 	return nil

@@ -81,6 +81,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.trimRetainedLocked(account)
 		m.trimKeysLocked(account)
 	}
+	if m.weights != nil {
+		m.goLocked(m.weighLoop) // the sandboxes loaded above are marked
+	}
 	m.mu.Unlock()
 	m.removeOrphanLogs(boxes)
 

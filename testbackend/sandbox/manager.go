@@ -158,6 +158,7 @@ type Manager struct {
 	diskSpace *sampler    // the data directory's free space (diskcap.go)
 	leases    *sampler    // addresses leased on the sandbox network (hostcap.go); nil: not known
 	starts    *startQueue // container starts, in turns across accounts
+	weights   *weights    // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
 	// changed under mu, read by the start queue without it.
@@ -262,6 +263,7 @@ func New(cfg Config) (*Manager, error) {
 		poolChanged: make(chan struct{}),
 		removing:    map[string]chan struct{}{},
 	}
+	m.weights = newWeights(m.rt)
 	m.starts = newStartQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)

@@ -129,6 +129,9 @@ type Runtime struct {
 	platformOS   string     // the engine's, once asked (image_policy.go)
 	platformArch string
 	ncpu         int // the engine's CPUs, once asked (cpus.go)
+
+	weightMu    sync.Mutex               // guards weightFiles; never held across an engine call
+	weightFiles map[string]cpuWeightFile // containers' CPU weight files, by id (cpuweight.go)
 }
 
 var _ container.Runtime = (*Runtime)(nil)
@@ -196,9 +199,10 @@ func New(opts Options) (*Runtime, error) {
 		dns:      dns,
 		own:      own,
 
-		agentPath: resolveAgent(opts.Agent),
-		sessions:  map[string]*agentSession{},
-		attaching: map[string]*attachCall{},
+		agentPath:   resolveAgent(opts.Agent),
+		sessions:    map[string]*agentSession{},
+		attaching:   map[string]*attachCall{},
+		weightFiles: map[string]cpuWeightFile{},
 
 		attachTimeout: defaultAttachTimeout,
 		noAgent:       map[string]bool{},

@@ -191,6 +191,9 @@ func (d *Runtime) hostConfig(spec container.Spec) *dockercontainer.HostConfig {
 	if spec.NanoCPUs > 0 {
 		hc.CPUPeriod, hc.CPUQuota = cpuQuota(spec.NanoCPUs)
 	}
+	if spec.CPUWeight > 0 {
+		hc.CPUShares = int64(min(max(spec.CPUWeight, container.MinCPUWeight), container.MaxCPUWeight))
+	}
 	if spec.MemoryBytes > 0 {
 		hc.MemorySwap = spec.MemoryBytes // no swap on top
 	}
@@ -230,6 +233,7 @@ func (d *Runtime) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, dockercontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		d.releaseNet(id)
+		d.forgetCPUWeight(id)
 		return nil
 	}
 	if strings.Contains(err.Error(), "already in progress") {
@@ -237,6 +241,7 @@ func (d *Runtime) Remove(ctx context.Context, id string) error {
 			return err
 		}
 		d.releaseNet(id)
+		d.forgetCPUWeight(id)
 		return nil
 	}
 	return d.containerErr("remove", id, err)

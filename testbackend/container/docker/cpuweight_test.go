@@ -1,0 +1,110 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+)
+
+// kernelCPUWeight reads a container's weight where the engine puts its
+// cgroup (cgroupfs under v1, systemd's scope under v2), not where
+// cpuweight.go finds it.
+func kernelCPUWeight(t *testing.T, id string) string {
+	t.Helper()
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/cpu/docker", id, "cpu.shares"),
+		filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+id+".scope", "cpu.weight"),
+		filepath.Join("/sys/fs/cgroup/docker", id, "cpu.weight"),
+	} {
+		if b, err := os.ReadFile(p); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	t.Fatalf("no CPU weight file for container %s", id)
+	return ""
+}
+
+// TestCPUWeightReachesTheKernel: the weight a start asks for and each one
+// set later are the kernel's for the container's cgroup; a weight out of
+// range is refused, and a removed container is ErrNotFound.
+func TestCPUWeightReachesTheKernel(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, Options{})
+	spec := testSpec(t)
+	spec.CPUWeight = 300
+	id := start(t, d, spec)
+	v2 := func(w int) string {
+		if _, err := os.Stat("/sys/fs/cgroup/cpu"); err == nil {
+			return strconv.Itoa(w)
+		}
+		return strconv.Itoa(weightV2(w))
+	}
+	if got := kernelCPUWeight(t, id); got != v2(300) {
+		t.Fatalf("started with weight 300: the kernel has %s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, w := range []int{77, container.MinCPUWeight, container.DefaultCPUWeight} {
+		if err := d.SetCPUWeight(ctx, id, w); err != nil {
+			t.Fatal(err)
+		}
+		if got := kernelCPUWeight(t, id); got != v2(w) {
+			t.Fatalf("weight %d set: the kernel has %s", w, got)
+		}
+	}
+	for _, w := range []int{0, 1, -5, container.MaxCPUWeight + 1} {
+		if err := d.SetCPUWeight(ctx, id, w); err == nil {
+			t.Errorf("weight %d accepted", w)
+		}
+	}
+	if err := d.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetCPUWeight(ctx, id, 100); !errors.Is(err, container.ErrNotFound) {
+		t.Fatalf("a removed container's weight: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCPUFileOf: the weight file is found from a process's cgroups and the
+// mounts, for cgroup v1 (a cpu controller mounted alone or with others,
+// at the root or below it) and v2, and refused when no hierarchy holds it.
+func TestCPUFileOf(t *testing.T) {
+	const v1Mounts = `25 24 0:22 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+26 24 0:23 / /sys/fs/cgroup/cpu rw,nosuid shared:9 - cgroup cgroup rw,cpu
+27 24 0:24 / /sys/fs/cgroup/cpuacct rw,nosuid - cgroup cgroup rw,cpuacct
+`
+	const v2Mounts = "30 24 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+	for _, c := range []struct {
+		name, groups, mounts string
+		want                 cpuWeightFile
+		bad                  bool
+	}{
+		{name: "v1", groups: "4:memory:/docker/abc\n2:cpuacct:/docker/abc\n1:cpu:/docker/abc\n0::/\n", mounts: v1Mounts,
+			want: cpuWeightFile{path: "/sys/fs/cgroup/cpu/docker/abc/cpu.shares"}},
+		{name: "v1 cpu,cpuacct", groups: "3:cpu,cpuacct:/rc/a/abc\n", mounts: "26 24 0:23 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n",
+			want: cpuWeightFile{path: "/sys/fs/cgroup/cpu,cpuacct/rc/a/abc/cpu.shares"}},
+		{name: "v1 mounted below its root", groups: "1:cpu:/outer/docker/abc\n", mounts: "26 24 0:23 /outer /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n",
+			want: cpuWeightFile{path: "/sys/fs/cgroup/cpu/docker/abc/cpu.shares"}},
+		{name: "v2", groups: "0::/system.slice/docker-abc.scope\n", mounts: v2Mounts,
+			want: cpuWeightFile{path: "/sys/fs/cgroup/system.slice/docker-abc.scope/cpu.weight", v2: true}},
+		{name: "outside the mount", groups: "1:cpu:/elsewhere/abc\n", mounts: "26 24 0:23 /outer /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", bad: true},
+		{name: "dot-dot", groups: "1:cpu:/docker/../../etc\n", mounts: v1Mounts, bad: true},
+		{name: "no cpu controller", groups: "4:memory:/docker/abc\n", mounts: v1Mounts, bad: true},
+		{name: "cpuacct is not cpu", groups: "2:cpuacct:/docker/abc\n", mounts: "27 24 0:24 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n", bad: true},
+	} {
+		got, err := cpuFileOf(c.groups, c.mounts)
+		switch {
+		case c.bad && err == nil:
+			t.Errorf("%s: %+v, want an error", c.name, got)
+		case !c.bad && (err != nil || got != c.want):
+			t.Errorf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+}

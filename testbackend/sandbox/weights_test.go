@@ -1,0 +1,113 @@
+package sandbox
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+)
+
+// weighingRuntime is fakeRuntime weighing its containers' CPU: it keeps
+// each container's weight, the one of its Spec first.
+type weighingRuntime struct {
+	*fakeRuntime
+	wmu    sync.Mutex
+	weight map[string]int // by container id
+	start  map[string]int // by container name: the weight its start asked for
+}
+
+var _ container.CPUWeigher = (*weighingRuntime)(nil)
+
+func (w *weighingRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {
+	id, err := w.fakeRuntime.Start(ctx, spec)
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.start[spec.Name] = spec.CPUWeight
+	if err == nil {
+		w.weight[id] = cmp0(spec.CPUWeight, container.DefaultCPUWeight)
+	}
+	return id, err
+}
+
+func cmp0(v, otherwise int) int {
+	if v == 0 {
+		return otherwise
+	}
+	return v
+}
+
+func (w *weighingRuntime) SetCPUWeight(_ context.Context, id string, weight int) error {
+	if !w.has(id) {
+		return container.ErrNotFound
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.weight[id] = weight
+	return nil
+}
+
+// TestAccountsWeighTheSame: each account's running sandboxes share one
+// CPU weight, split by their vCPUs, so an account with more sandboxes
+// gets no more of a contended host than one with a single sandbox; a
+// start begins at its part, and the weights follow each start and end.
+func TestAccountsWeighTheSame(t *testing.T) {
+	rt := &weighingRuntime{fakeRuntime: newFakeRuntime(), weight: map[string]int{}, start: map[string]int{}}
+	m := newManager(t, rt, ModeReal, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	create := func(account, template string) string {
+		t.Helper()
+		res, err := m.Create(ctx, account, "", CreateRequest{Template: template})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
+			t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
+		}
+		return res.Sandbox.ID
+	}
+	a1, a2, a3 := create("a", "base"), create("a", "base"), create("a", "python")
+	b1 := create("b", "base")
+	cid := func(id string) string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.boxes[id].ContainerID
+	}
+	want := func(when string, w map[string]int) {
+		t.Helper()
+		byCID := map[string]int{}
+		for id, v := range w {
+			byCID[cid(id)] = v
+		}
+		var got map[string]int
+		waitUntil(t, when, func() bool {
+			rt.wmu.Lock()
+			defer rt.wmu.Unlock()
+			got = map[string]int{}
+			for c := range byCID {
+				got[c] = rt.weight[c]
+			}
+			return maps.Equal(got, byCID)
+		})
+	}
+	// a: 1 + 1 + 2 vCPUs share 1024; b's one sandbox has 1024 alone.
+	want("two accounts", map[string]int{a1: 256, a2: 256, a3: 512, b1: 1024})
+	rt.wmu.Lock()
+	starts := map[string]int{a1: rt.start[ContainerName(a1)], a2: rt.start[ContainerName(a2)], a3: rt.start[ContainerName(a3)], b1: rt.start[ContainerName(b1)]}
+	rt.wmu.Unlock()
+	// Each start began at its part of its account's live sandboxes then.
+	if w := map[string]int{a1: 1024, a2: 512, a3: 512, b1: 1024}; !maps.Equal(starts, w) {
+		t.Errorf("start weights %v, want %v", starts, w)
+	}
+	if err := m.Delete(ctx, "a", a3); err != nil {
+		t.Fatal(err)
+	}
+	want("after a delete", map[string]int{a1: 512, a2: 512, b1: 1024})
+	if err := m.Delete(ctx, "a", a2); err != nil {
+		t.Fatal(err)
+	}
+	want("one each", map[string]int{a1: 1024, b1: 1024})
+}
