@@ -180,7 +180,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	var atk attackRunner
 	if ho.clients == clientsInline {
 		atk = startAttacks(plan)
-	} else if atk, err = startAttackProcess(plan); err != nil {
+	} else if atk, err = startAttackProcess(plan, ho.clients == clientsNiced); err != nil {
 		return nil, err
 	}
 	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way

@@ -17,27 +17,33 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/attacks"
 )
 
-// The hostile account's attacks, looping until stopped. They run in a
-// process of their own by default (-hostile-clients process): an
-// attacker's clients are on other machines, and in the bench's process
-// their goroutines would share the Go scheduler with the well-behaved
-// account's client, a queue no real neighbour shares. The process still
-// runs on the same cores at the same priority, so the attacks cost the
-// host what they did. -hostile-clients inline keeps them in the bench's
-// process, to compare.
+// The hostile account's attacks, looping until stopped. An attacker's
+// clients are on other machines: what the row measures is what the
+// hostile account's requests cost the backend's host, not what its
+// clients' own CPU costs it. So by default (-hostile-clients niced) they
+// run in a process of their own at nice 19, which takes only CPU that
+// nothing else on the host wants; in the bench's process their
+// goroutines would also share the Go scheduler with the well-behaved
+// account's client, a queue no real neighbour shares. -hostile-clients
+// process runs that process at the same priority as everything else, and
+// inline keeps them in the bench's process, to compare.
 
 // Where the attacks' clients run (-hostile-clients).
 const (
+	clientsNiced   = "niced"
 	clientsProcess = "process"
 	clientsInline  = "inline"
 )
 
 // clientsWhere says, for the report, where the attacks' clients ran.
 func clientsWhere(clients string) string {
-	if clients == clientsInline {
+	switch clients {
+	case clientsInline:
 		return "the bench's process, beside the well-behaved account's client (-hostile-clients inline)"
+	case clientsProcess:
+		return "a process of their own at the same priority (-hostile-clients process)"
 	}
-	return "a process of their own (-hostile-clients process)"
+	return "a process of their own at nice 19, standing for other machines (-hostile-clients niced)"
 }
 
 // attackChildFlag makes the bench the attacks' process: it reads an
@@ -190,12 +196,17 @@ type attackProcess struct {
 
 // startAttackProcess starts the bench again as the attacks' process and
 // returns once it says they are under way.
-func startAttackProcess(p attackPlan) (*attackProcess, error) {
+func startAttackProcess(p attackPlan, niced bool) (*attackProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "-"+attackChildFlag)
+	if niced {
+		// Every thread of the process inherits nice's priority, which
+		// setpriority on a running Go process would give one thread only.
+		cmd = exec.Command("nice", "-n", "19", self, "-"+attackChildFlag)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
