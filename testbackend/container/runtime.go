@@ -24,6 +24,9 @@ var (
 	ErrNotFound = errors.New("container not found")
 	// ErrNotRunning means the container exists but is not running.
 	ErrNotRunning = errors.New("container not running")
+	// ErrCannotWeigh means the runtime cannot weigh containers' CPU here
+	// (CPUWeigher): their cgroups are not on this host.
+	ErrCannotWeigh = errors.New("cannot weigh the containers' CPU on this host")
 	// ErrExecNotStarted wraps an Exec error that came before the process
 	// could start: the request never reached the container. Any other Exec
 	// error may come after the process started.
@@ -164,7 +167,8 @@ type Runtime interface {
 // weighed (and for each host process); MinCPUWeight is the least.
 type CPUWeigher interface {
 	// SetCPUWeight sets a running container's weight, at once.
-	// ErrNotFound or ErrNotRunning when it has no processes to weigh.
+	// ErrNotFound or ErrNotRunning when it has no processes to weigh;
+	// ErrCannotWeigh when no container of this engine can be weighed.
 	SetCPUWeight(ctx context.Context, id string, weight int) error
 }
 

@@ -21,7 +21,8 @@ import (
 // the kernel's default weight each.
 //
 // With a runtime that weighs containers (container.CPUWeigher), a start
-// begins at the weight its account's live sandboxes leave it (specFor),
+// begins at the weight its account's live sandboxes leave it
+// (startAsyncLocked),
 // and one goroutine brings every running sandbox of an account to its
 // weight whenever a sandbox of the account starts or ends: the index
 // (index.go) marks the account, and the weighing happens off m.mu.
@@ -48,9 +49,11 @@ type weights struct {
 	kick chan struct{} // one pending wake-up of the weighing goroutine
 	// dirty holds the accounts whose weights may have changed; under m.mu.
 	dirty map[string]bool
-	// set is each account's containers and the weight each was given;
-	// the weighing goroutine's own.
+	// set is each account's containers and the weight each was given,
+	// and off says the runtime cannot weigh here (container.ErrCannotWeigh,
+	// said once): the weighing goroutine's own.
 	set map[string]map[string]int
+	off bool
 }
 
 func newWeights(rt container.Runtime) *weights {
@@ -102,6 +105,9 @@ func (m *Manager) weighLoop() {
 		}
 		clear(m.weights.dirty)
 		m.mu.Unlock()
+		if m.weights.off {
+			continue
+		}
 		for account, ws := range want {
 			m.applyWeights(account, ws)
 		}
@@ -139,6 +145,10 @@ func (m *Manager) applyWeights(account string, ws map[string]int) {
 		case err == nil, errors.Is(err, container.ErrNotFound), errors.Is(err, container.ErrNotRunning):
 			// Gone meanwhile: its end marks the account again.
 		case m.ctx.Err() != nil:
+			return
+		case errors.Is(err, container.ErrCannotWeigh):
+			m.log.Warn("sandboxes' CPU is not weighed by account: every busy sandbox gets an equal share of a contended host", "err", err)
+			m.weights.off = true
 			return
 		default:
 			m.log.Warn("CPU weight not set; the container keeps its weight until its account's sandboxes change", "account", account, "container", cid, "weight", w, "err", err)

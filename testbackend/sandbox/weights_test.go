@@ -17,6 +17,8 @@ type weighingRuntime struct {
 	wmu    sync.Mutex
 	weight map[string]int // by container id
 	start  map[string]int // by container name: the weight its start asked for
+	cannot bool           // every SetCPUWeight answers ErrCannotWeigh
+	calls  int
 }
 
 var _ container.CPUWeigher = (*weighingRuntime)(nil)
@@ -45,6 +47,10 @@ func (w *weighingRuntime) SetCPUWeight(_ context.Context, id string, weight int)
 	}
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
+	w.calls++
+	if w.cannot {
+		return container.ErrCannotWeigh
+	}
 	w.weight[id] = weight
 	return nil
 }
@@ -110,4 +116,48 @@ func TestAccountsWeighTheSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("one each", map[string]int{a1: 1024, b1: 1024})
+}
+
+// TestCannotWeighStopsWeighing: a runtime that cannot weigh here is asked
+// once, not at every start and end after it.
+func TestCannotWeighStopsWeighing(t *testing.T) {
+	rt := &weighingRuntime{fakeRuntime: newFakeRuntime(), weight: map[string]int{}, start: map[string]int{}, cannot: true}
+	m := newManager(t, rt, ModeReal, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ids []string
+	for range 3 {
+		res, err := m.Create(ctx, "a", "", CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := m.WaitStatus(ctx, "a", res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
+			t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
+		}
+		ids = append(ids, res.Sandbox.ID)
+	}
+	calls := func() int {
+		rt.wmu.Lock()
+		defer rt.wmu.Unlock()
+		return rt.calls
+	}
+	waitUntil(t, "the first weighing", func() bool { return calls() > 0 })
+	for _, id := range ids[1:] {
+		if err := m.Delete(ctx, "a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The weighing goroutine has seen every change once it weighs the
+	// one sandbox left; a runtime that could would have been asked again.
+	m.mu.Lock()
+	m.weighLocked("a")
+	m.mu.Unlock()
+	waitUntil(t, "the marks taken", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.weights.dirty) == 0 && len(m.weights.kick) == 0
+	})
+	if n := calls(); n != 1 {
+		t.Fatalf("SetCPUWeight called %d times, want once", n)
+	}
 }

@@ -76,6 +76,9 @@ func (d *Runtime) cpuWeightFile(ctx context.Context, id string) (cpuWeightFile, 
 	if ok {
 		return f, nil
 	}
+	if !strings.HasPrefix(d.host, "unix://") {
+		return cpuWeightFile{}, fmt.Errorf("%w: the engine at %s may be on another host", container.ErrCannotWeigh, d.host)
+	}
 	info, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -87,13 +90,27 @@ func (d *Runtime) cpuWeightFile(ctx context.Context, id string) (cpuWeightFile, 
 		return cpuWeightFile{}, fmt.Errorf("%w: %s", container.ErrNotRunning, id)
 	}
 	f, err = cgroupCPUFile(info.State.Pid)
+	if err == nil {
+		err = ownCgroup(f, info.ID)
+	}
 	if err != nil {
-		return cpuWeightFile{}, fmt.Errorf("runtime: the CPU cgroup of container %s: %w", id, err)
+		return cpuWeightFile{}, fmt.Errorf("%w: the CPU cgroup of container %s: %v", container.ErrCannotWeigh, id, err)
 	}
 	d.weightMu.Lock()
 	d.weightFiles[id] = f
 	d.weightMu.Unlock()
 	return f, nil
+}
+
+// ownCgroup checks that the cgroup found is the container's own: the
+// engine names it after the container's full id (cgroupfs and systemd
+// alike). A process of this host with the engine's pid, when the engine
+// is elsewhere, is in a cgroup of its own, never weighed.
+func ownCgroup(f cpuWeightFile, fullID string) error {
+	if fullID == "" || !strings.Contains(filepath.Dir(f.path), fullID) {
+		return fmt.Errorf("%s is not the cgroup of container %s", filepath.Dir(f.path), fullID)
+	}
+	return nil
 }
 
 // forgetCPUWeight drops what is known of a removed container's cgroup.

@@ -108,3 +108,26 @@ func TestCPUFileOf(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnCgroup: only a cgroup named after the container's full id is
+// weighed; another process's (the engine's pid on another host) is not.
+func TestOwnCgroup(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/sys/fs/cgroup/cpu/docker/" + id + "/cpu.shares", true},
+		{"/sys/fs/cgroup/system.slice/docker-" + id + ".scope/cpu.weight", true},
+		{"/sys/fs/cgroup/cpu/user.slice/cpu.shares", false},
+		{"/sys/fs/cgroup/cpu/cpu.shares", false},
+		{"/sys/fs/cgroup/cpu/docker/" + id[:12] + "/cpu.shares", false},
+	} {
+		if err := ownCgroup(cpuWeightFile{path: c.path}, id); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.path, err, c.ok)
+		}
+	}
+	if err := ownCgroup(cpuWeightFile{path: "/sys/fs/cgroup/cpu/cpu.shares"}, ""); err == nil {
+		t.Error("an empty id matched")
+	}
+}
