@@ -14,19 +14,41 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
+// engineCgroup is the directory where the engine keeps a container's
+// cgroup: under cgroup v1 in controller's hierarchy (the cgroupfs
+// driver's docker/ID), under v2 in systemd's scope; v2 says which. The
+// test fails when neither is there.
+func engineCgroup(t *testing.T, cid, controller string) (dir string, v2 bool) {
+	t.Helper()
+	v1 := filepath.Join("/sys/fs/cgroup", controller, "docker", cid)
+	if _, err := os.Stat(v1); err == nil {
+		return v1, false
+	}
+	scope := filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope")
+	if _, err := os.Stat(scope); err != nil {
+		t.Fatalf("no %s cgroup for container %s (v1 %s, v2 %s)", controller, cid, v1, scope)
+	}
+	return scope, true
+}
+
 // cpuCgroup is the engine's CPU controller directory of a container: the
 // limit the kernel enforces lives there (cgroup v1 or v2).
 func cpuCgroup(t *testing.T, cid string) (quota float64, usage func() time.Duration) {
 	t.Helper()
-	v1 := filepath.Join("/sys/fs/cgroup/cpu/docker", cid)
-	if q, err := os.ReadFile(filepath.Join(v1, "cpu.cfs_quota_us")); err == nil {
-		p, err := os.ReadFile(filepath.Join(v1, "cpu.cfs_period_us"))
+	dir, v2 := engineCgroup(t, cid, "cpu")
+	if !v2 {
+		q, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		qn, _ := strconv.ParseFloat(strings.TrimSpace(string(q)), 64)
 		pn, _ := strconv.ParseFloat(strings.TrimSpace(string(p)), 64)
-		acct := filepath.Join("/sys/fs/cgroup/cpuacct/docker", cid, "cpuacct.usage")
+		acctDir, _ := engineCgroup(t, cid, "cpuacct")
+		acct := filepath.Join(acctDir, "cpuacct.usage")
 		return qn / pn, func() time.Duration {
 			b, err := os.ReadFile(acct)
 			if err != nil {
@@ -36,16 +58,15 @@ func cpuCgroup(t *testing.T, cid string) (quota float64, usage func() time.Durat
 			return time.Duration(ns)
 		}
 	}
-	v2 := filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope")
-	b, err := os.ReadFile(filepath.Join(v2, "cpu.max"))
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
 	if err != nil {
-		t.Fatalf("no CPU cgroup for container %s (v1 %s, v2 %s): %v", cid, v1, v2, err)
+		t.Fatal(err)
 	}
 	f := strings.Fields(string(b))
 	qn, _ := strconv.ParseFloat(f[0], 64)
 	pn, _ := strconv.ParseFloat(f[1], 64)
 	return qn / pn, func() time.Duration {
-		b, err := os.ReadFile(filepath.Join(v2, "cpu.stat"))
+		b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,11 +157,12 @@ print("burnt")
 // CPU quota, and for how long in all (cgroup v1 or v2).
 func throttling(t *testing.T, cid string) (periods int64, stalled time.Duration) {
 	t.Helper()
-	path, unit, key := filepath.Join("/sys/fs/cgroup/cpu/docker", cid, "cpu.stat"), time.Nanosecond, "throttled_time "
-	if _, err := os.Stat(path); err != nil {
-		path, unit, key = filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope", "cpu.stat"), time.Microsecond, "throttled_usec "
+	dir, v2 := engineCgroup(t, cid, "cpu")
+	unit, key := time.Nanosecond, "throttled_time "
+	if v2 {
+		unit, key = time.Microsecond, "throttled_usec "
 	}
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,34 +19,30 @@ import (
 // scale), or 0 when it cannot be read.
 func cpuWeight(t *testing.T, cid string) int {
 	t.Helper()
-	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/docker", cid, "cpu.shares")); err == nil {
-		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		return n
+	dir, v2 := engineCgroup(t, cid, "cpu")
+	file := "cpu.shares"
+	if v2 {
+		file = "cpu.weight"
 	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope", "cpu.weight"))
+	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return 0
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return 2 + (n-1)*262142/9999
+	if v2 {
+		return 2 + (n-1)*262142/9999
+	}
+	return n
 }
 
 // pinToCPU0 confines a container to the host's first CPU, through its
 // cpuset cgroup where the engine puts it (cgroup v1 or v2).
 func pinToCPU0(t *testing.T, cid string) {
 	t.Helper()
-	for _, p := range []string{
-		filepath.Join("/sys/fs/cgroup/cpuset/docker", cid, "cpuset.cpus"),
-		filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope", "cpuset.cpus"),
-	} {
-		if _, err := os.Stat(p); err == nil {
-			if err := os.WriteFile(p, []byte("0"), 0); err != nil {
-				t.Fatalf("pin container %s to CPU 0: %v", cid, err)
-			}
-			return
-		}
+	dir, _ := engineCgroup(t, cid, "cpuset")
+	if err := os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte("0"), 0); err != nil {
+		t.Fatalf("pin container %s to CPU 0: %v", cid, err)
 	}
-	t.Fatalf("no cpuset cgroup for container %s", cid)
 }
 
 // TestAccountsShareContendedCPU: one account runs three busy sandboxes,

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"sync"
@@ -29,16 +30,9 @@ func (w *weighingRuntime) Start(ctx context.Context, spec container.Spec) (strin
 	defer w.wmu.Unlock()
 	w.start[spec.Name] = spec.CPUWeight
 	if err == nil {
-		w.weight[id] = cmp0(spec.CPUWeight, container.DefaultCPUWeight)
+		w.weight[id] = cmp.Or(spec.CPUWeight, container.DefaultCPUWeight)
 	}
 	return id, err
-}
-
-func cmp0(v, otherwise int) int {
-	if v == 0 {
-		return otherwise
-	}
-	return v
 }
 
 func (w *weighingRuntime) SetCPUWeight(_ context.Context, id string, weight int) error {

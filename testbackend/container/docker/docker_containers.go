@@ -232,19 +232,24 @@ func (d *Runtime) Wait(ctx context.Context, id string) container.Exit {
 func (d *Runtime) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, dockercontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
-		d.releaseNet(id)
-		d.forgetCPUWeight(id)
+		d.removed(id)
 		return nil
 	}
 	if strings.Contains(err.Error(), "already in progress") {
 		if err := d.waitRemoved(ctx, id); err != nil {
 			return err
 		}
-		d.releaseNet(id)
-		d.forgetCPUWeight(id)
+		d.removed(id)
 		return nil
 	}
 	return d.containerErr("remove", id, err)
+}
+
+// removed forgets what the runtime kept of a container that is gone: its
+// network wiring and its CPU weight file.
+func (d *Runtime) removed(id string) {
+	d.releaseNet(id)
+	d.forgetCPUWeight(id)
 }
 
 // waitRemoved waits until a removal under way has finished (the engine
