@@ -66,20 +66,30 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 
 // startAsyncLocked starts the sandbox's container in the background; the
 // sandbox answers SANDBOX_NOT_READY until it runs.
+//
+// A start waits in the start queue (startqueue.go) until its account's
+// turn; a sandbox deleted or expired meanwhile cancels it there
+// (cancelStartLocked), so that what an account deletes costs no start:
+// otherwise creating and deleting at once would queue starts without
+// bound, each a container start and removal of host CPU for nothing.
 func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
-	if m.starting[sb.ID] {
+	if m.starting[sb.ID] != nil {
 		return
 	}
-	m.starting[sb.ID] = true
+	queued, cancel := context.WithCancel(m.ctx)
+	m.starting[sb.ID] = cancel
 	spec := m.specFor(sb)
 	spec.CPUWeight = m.startWeightLocked(sb)
 	id, account := sb.ID, sb.Account
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		release, err := m.starts.acquire(m.ctx, account)
+		defer cancel()
+		release, err := m.starts.acquire(queued, account)
 		if err != nil {
-			m.started(id, "", err) // shutting down: the next start resumes it
+			// Shutting down (the next start resumes it), or the sandbox
+			// is gone (started discards it): nothing was made.
+			m.started(id, "", errNotStarted)
 			return
 		}
 		cid, err := m.startWithEgress(id, spec)
@@ -124,7 +134,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 	if sb == nil || sb.Status != StatusPending || m.expiring[id] {
 		m.startEndedLocked(id)
 		m.mu.Unlock()
-		m.discardStart(id, cid, startErr)
+		m.discardStart(id, startErr)
 		return
 	}
 	if startErr != nil {
@@ -167,7 +177,7 @@ func (m *Manager) started(id, cid string, startErr error) {
 		// Deleted or expired while its status was written: whoever did
 		// it wrote the record last; the container must not outlive it.
 		m.mu.Unlock()
-		m.discardStart(id, cid, nil)
+		m.discardStart(id, nil)
 		return
 	}
 	sb.ContainerID = cid
@@ -190,10 +200,25 @@ func (m *Manager) startEndedLocked(id string) {
 	m.resumeRefillsLocked() // refills wait for cold starts (pool.go)
 }
 
+// errNotStarted: a start left the start queue without a slot, having
+// made nothing.
+var errNotStarted = errors.New("the start was cancelled before it began")
+
+// cancelStartLocked takes the start of a sandbox that is going out of the
+// start queue if it still waits there; one that runs already ends as it
+// would (started then discards what it made).
+func (m *Manager) cancelStartLocked(id string) {
+	if cancel := m.starting[id]; cancel != nil {
+		cancel()
+	}
+}
+
 // discardStart removes what the start of a sandbox that was deleted or
-// expired meanwhile made.
-func (m *Manager) discardStart(id, cid string, startErr error) {
-	if cid != "" || startErr == nil {
+// expired meanwhile made. A start that failed may have left a container
+// too (created, then cut short): it goes by name. One that never left the
+// queue made nothing.
+func (m *Manager) discardStart(id string, startErr error) {
+	if !errors.Is(startErr, errNotStarted) {
 		_ = m.rt.Remove(context.Background(), ContainerName(id))
 	}
 	m.releaseEgress(id)

@@ -52,6 +52,7 @@ func (m *Manager) forgetLocked(sb *store.Sandbox) *recordWrite {
 // dropLocked forgets a record in memory only.
 func (m *Manager) dropLocked(sb *store.Sandbox) {
 	delete(m.boxes, sb.ID)
+	m.cancelStartLocked(sb.ID)
 	m.forgetExecKeysLocked(sb.ID)
 	m.unindexLocked(sb)
 	m.notifyLocked(sb.ID)

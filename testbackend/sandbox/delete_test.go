@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -185,4 +186,134 @@ func TestDeletedSandboxLeftoversGoAfterACrash(t *testing.T) {
 	if _, err := m2.Get("acct", sb.ID); err == nil {
 		t.Fatal("the deleted sandbox is back after the restart")
 	}
+}
+
+// TestDeletedWhileQueuedNeverStarts: a sandbox deleted while its start
+// waits for a start slot leaves the queue at once and is never started.
+// Otherwise an account that creates and deletes at once queues starts
+// without bound, each a container start and removal of host CPU for a
+// sandbox nobody has any more (the soak's create bursts did: the host
+// stayed busy for half a minute after they stopped).
+func TestDeletedWhileQueuedNeverStarts(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.coldGate = make(chan struct{}) // the first start holds the only slot
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, StartSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	openGate := sync.OnceFunc(func() {
+		rt.mu.Lock()
+		close(rt.coldGate)
+		rt.coldGate = nil
+		rt.mu.Unlock()
+	})
+	t.Cleanup(openGate) // before m.Close, which waits for the start it holds
+	ctx := context.Background()
+	queue := func() (running, waiting int) {
+		m.starts.mu.Lock()
+		defer m.starts.mu.Unlock()
+		return m.starts.running, len(m.starts.waiting["a"])
+	}
+
+	first, err := m.Create(ctx, "a", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first start holds the slot", func() bool { r, _ := queue(); return r == 1 })
+	var queued []string
+	for range 5 {
+		res, err := m.Create(ctx, "a", "", CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, res.Sandbox.ID)
+	}
+	waitUntil(t, "five starts queued behind it", func() bool { _, w := queue(); return w == 5 })
+	for _, id := range queued {
+		if err := m.Delete(ctx, "a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Positive control below: the queue still works for the one left.
+	waitUntil(t, "the deleted sandboxes' starts leave the queue", func() bool { _, w := queue(); return w == 0 })
+
+	openGate()
+	waitUntil(t, "the first sandbox runs", func() bool {
+		v, err := m.Get("a", first.Sandbox.ID)
+		return err == nil && v.Status == StatusRunning
+	})
+	waitUntil(t, "every start has ended", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.starting) == 0
+	})
+	if n := rt.started(); n != 1 {
+		t.Fatalf("%d containers started, want 1: the deleted sandboxes' starts ran", n)
+	}
+	if r, w := queue(); r != 0 || w != 0 {
+		t.Fatalf("start queue: %d running, %d waiting; want none", r, w)
+	}
+}
+
+// cutShort is an engine whose sandbox starts wait for release, then make
+// the container and fail anyway (a start cut short after the engine
+// created it).
+type cutShort struct {
+	*fakeRuntime
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *cutShort) Start(ctx context.Context, spec container.Spec) (string, error) {
+	close(c.entered)
+	<-c.release
+	if _, err := c.fakeRuntime.Start(ctx, spec); err != nil {
+		return "", err
+	}
+	return "", errors.New("start cut short by the test")
+}
+
+// TestDeletedDuringAFailedStartLeavesNoContainer: a sandbox deleted while
+// its start runs, whose start then fails having made the container,
+// leaves no container behind: the failed start's leftovers go by name.
+func TestDeletedDuringAFailedStartLeavesNoContainer(t *testing.T) {
+	rt := &cutShort{fakeRuntime: newFakeRuntime(), entered: make(chan struct{}), release: make(chan struct{})}
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	release := sync.OnceFunc(func() { close(rt.release) })
+	t.Cleanup(release) // before m.Close, which waits for the start
+	ctx := context.Background()
+	res, err := m.Create(ctx, "a", "", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, rt.entered, "the start")
+	if err := m.Delete(ctx, "a", res.Sandbox.ID); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	waitUntil(t, "the start has ended", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.starting) == 0
+	})
+	waitUntil(t, "the failed start's container is removed", func() bool { return rt.count() == 0 })
 }

@@ -213,6 +213,7 @@ func (m *Manager) expire(id string) {
 	// exit is our own doing. A crash in between leaves a record whose
 	// deadline has passed, which the next start applies again.
 	m.expiring[id] = true
+	m.cancelStartLocked(id)
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()

@@ -139,9 +139,9 @@ type Manager struct {
 	seq      uint64                   // orders the members of ageSets that arrive at the same instant (caps.go)
 	timers   map[string]*time.Timer
 	watching map[string]bool
-	starting map[string]bool
-	expiring map[string]bool // expiring or idling out: their container is being removed, the exit is ours
-	busy     map[string]int  // operations under way (lifetime.go): the idle clock waits for them
+	starting map[string]context.CancelFunc // starts under way, queued or running (create.go); cancelling drops a queued one
+	expiring map[string]bool               // expiring or idling out: their container is being removed, the exit is ours
+	busy     map[string]int                // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	execKeys map[string]*execKeyring // by sandbox id (exec_idempotency.go)
 	pools    map[string]*warmPool
@@ -251,7 +251,7 @@ func New(cfg Config) (*Manager, error) {
 		accounts:  map[string]*accountIndex{},
 		timers:    map[string]*time.Timer{},
 		watching:  map[string]bool{},
-		starting:  map[string]bool{},
+		starting:  map[string]context.CancelFunc{},
 		expiring:  map[string]bool{},
 		busy:      map[string]int{},
 		idem:      map[string]*idemEntry{},

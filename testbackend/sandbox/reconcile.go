@@ -103,7 +103,7 @@ func (m *Manager) judgeLocked(containers []container.Container, seen containerIn
 		c, ok := seen.find(sb)
 		switch sb.Status {
 		case StatusPending:
-			if m.starting[sb.ID] {
+			if m.starting[sb.ID] != nil {
 				continue // its start is in flight
 			}
 			if ok {
