@@ -242,9 +242,9 @@ func TestDeletedWhileQueuedNeverStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Positive control below: the queue still works for the one left.
 	waitUntil(t, "the deleted sandboxes' starts leave the queue", func() bool { _, w := queue(); return w == 0 })
 
+	// The one kept still starts (the positive control), and only it.
 	openGate()
 	waitUntil(t, "the first sandbox runs", func() bool {
 		v, err := m.Get("a", first.Sandbox.ID)
@@ -309,6 +309,13 @@ func TestDeletedDuringAFailedStartLeavesNoContainer(t *testing.T) {
 	if err := m.Delete(ctx, "a", res.Sandbox.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The delete's own removal is over before the engine makes the
+	// container: only the start's end can remove it.
+	waitUntil(t, "the delete's removal has ended", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.removing[res.Sandbox.ID] == nil
+	})
 	release()
 	waitUntil(t, "the start has ended", func() bool {
 		m.mu.Lock()
