@@ -197,18 +197,7 @@ func TestDeletedSandboxLeftoversGoAfterACrash(t *testing.T) {
 func TestDeletedWhileQueuedNeverStarts(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.coldGate = make(chan struct{}) // the first start holds the only slot
-	st, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st, StartSlots: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, StartSlots: 1}, t.TempDir())
 	openGate := sync.OnceFunc(func() {
 		rt.mu.Lock()
 		close(rt.coldGate)
@@ -286,18 +275,7 @@ func (c *cutShort) Start(ctx context.Context, spec container.Spec) (string, erro
 // leaves no container behind: the failed start's leftovers go by name.
 func TestDeletedDuringAFailedStartLeavesNoContainer(t *testing.T) {
 	rt := &cutShort{fakeRuntime: newFakeRuntime(), entered: make(chan struct{}), release: make(chan struct{})}
-	st, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(Config{Mode: ModeReal, Runtime: rt, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
+	m := newManager(t, rt, ModeReal, t.TempDir())
 	release := sync.OnceFunc(func() { close(rt.release) })
 	t.Cleanup(release) // before m.Close, which waits for the start
 	ctx := context.Background()

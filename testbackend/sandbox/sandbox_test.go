@@ -72,11 +72,19 @@ func testRuntime(t *testing.T, dir string) container.Runtime {
 
 func newManager(t *testing.T, rt container.Runtime, mode string, dir string) *Manager {
 	t.Helper()
+	return newManagerWith(t, Config{Mode: mode, Runtime: rt}, dir)
+}
+
+// newManagerWith is newManager with more of the configuration: cfg's
+// store is opened at dir.
+func newManagerWith(t *testing.T, cfg Config, dir string) *Manager {
+	t.Helper()
 	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Mode: mode, Runtime: rt, Store: st})
+	cfg.Store = st
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
