@@ -223,6 +223,16 @@ func (r *Registry) PushImage(repoTag string, img v1.Image) (string, error) {
 	return ref, nil
 }
 
+// Unnamed is msg with the image reference ref and its registry
+// (host:port) replaced by placeholders: what is left of an answer that
+// must name the image but carry nothing of the registry's own words.
+// The registry's random port may hold any digits (38307, 34011), which a
+// check for a status code in the whole answer would take for a leak.
+func Unnamed(msg, ref string) string {
+	registry, _, _ := strings.Cut(ref, "/")
+	return strings.ReplaceAll(strings.ReplaceAll(msg, ref, "IMAGE"), registry, "REGISTRY")
+}
+
 // RandomImage is an image of layers random layers of size bytes each
 // (not runnable: for pulls, sizes and removal).
 func RandomImage(t testing.TB, size int64, layers int64) v1.Image {
