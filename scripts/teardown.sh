@@ -61,6 +61,16 @@ if [[ -d $RC_NETNS_DIR || -d $RC_ADDR_DIR ]]; then
 	did+=("sandbox network namespaces removed")
 fi
 
+# The cgroup parents the backends put their sandboxes under
+# (container/docker/cgroupparent.go), with the container cgroups a killed
+# engine left in them: empty once dockerd stopped; rmdir leaves any that
+# still holds a process.
+for d in /sys/fs/cgroup/rarecloud-* /sys/fs/cgroup/*/rarecloud-*; do
+	[[ -d $d ]] || continue
+	for c in "$d"/*/; do [[ -d $c ]] && rmdir "$c" 2>/dev/null || true; done
+	rmdir "$d" 2>/dev/null || true
+done
+
 # The DNS forwarder: only the dnsmasq that runs our configuration file.
 dns_pid=""
 if [[ -r $RC_DNSMASQ_PID ]]; then

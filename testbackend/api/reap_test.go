@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -77,6 +78,11 @@ func TestDeadBackendIsReaped(t *testing.T) {
 	if n := instanceContainers(t, deadData); n != 1 {
 		t.Fatalf("before another backend starts, the dead one has %d containers, want its 1", n)
 	}
+	// The cgroup parent of the dead backend's sandboxes (cgroupfs under
+	// v1; the engine's own parent elsewhere, nothing of ours to reap).
+	deadParent := filepath.Join("/sys/fs/cgroup/cpu", docker.CgroupParentPrefix+instance.ID(deadData))
+	_, err := os.Stat(deadParent)
+	ownParent := err == nil
 
 	b, err := startBackend(filepath.Join(root, "next"), testbackend.Config{})
 	if err != nil {
@@ -93,8 +99,15 @@ func TestDeadBackendIsReaped(t *testing.T) {
 		if n := instanceContainers(t, ephemeralData); n != 0 {
 			return fmt.Errorf("a dead ephemeral backend's containers outlived it: %d left", n)
 		}
+		if _, err := os.Stat(deadParent); ownParent && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("the dead backend's cgroup parent %s outlived it (%v)", deadParent, err)
+		}
 		return nil
 	})
+	keptParent := filepath.Join("/sys/fs/cgroup/cpu", docker.CgroupParentPrefix+instance.ID(keptData))
+	if _, err := os.Stat(keptParent); ownParent && err != nil {
+		t.Errorf("a killed backend whose data directory stays lost its cgroup parent: %v", err)
+	}
 	if n := instanceContainers(t, keptData); n != 1 {
 		t.Errorf("a killed backend whose data directory stays lost its containers: %d, want 1", n)
 	}

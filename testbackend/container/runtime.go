@@ -170,6 +170,12 @@ type CPUWeigher interface {
 	// ErrNotFound or ErrNotRunning when it has no processes to weigh;
 	// ErrCannotWeigh when no container of this engine can be weighed.
 	SetCPUWeight(ctx context.Context, id string, weight int) error
+	// SetTotalCPUWeight sets what all of the runtime's containers weigh
+	// together against the host's own processes, each of which weighs
+	// DefaultCPUWeight: at once, or for containers started later when
+	// none runs. ErrCannotWeigh when their total cannot be weighed here
+	// (each container's weight still can).
+	SetTotalCPUWeight(ctx context.Context, weight int) error
 }
 
 // The bounds of a CPU weight (cgroup v1's cpu.shares; v2's cpu.weight is

@@ -116,6 +116,11 @@ func reapInstance(ctx context.Context, d *docker.Runtime, inst string, ids []doc
 		}
 		removed++
 	}
+	// The cgroup parent of its sandboxes, with what a crashed engine left
+	// in it: nothing can start under it while the lease is held here.
+	if err := docker.RemoveCgroupParent(inst, true); err != nil {
+		return removed, fmt.Errorf("reap the cgroup parent of instance %s: %w", inst, err)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return removed, err
 	}

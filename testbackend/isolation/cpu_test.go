@@ -16,13 +16,14 @@ import (
 
 // engineCgroup is the directory where the engine keeps a container's
 // cgroup: under cgroup v1 in controller's hierarchy (the cgroupfs
-// driver's docker/ID), under v2 in systemd's scope; v2 says which. The
-// test fails when neither is there.
+// driver's PARENT/ID, the parent the runtime's own or the engine's
+// docker), under v2 in systemd's scope; v2 says which. The test fails
+// when neither is there.
 func engineCgroup(t *testing.T, cid, controller string) (dir string, v2 bool) {
 	t.Helper()
-	v1 := filepath.Join("/sys/fs/cgroup", controller, "docker", cid)
-	if _, err := os.Stat(v1); err == nil {
-		return v1, false
+	v1 := filepath.Join("/sys/fs/cgroup", controller, "*", cid)
+	if found, _ := filepath.Glob(v1); len(found) == 1 {
+		return found[0], false
 	}
 	scope := filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+cid+".scope")
 	if _, err := os.Stat(scope); err != nil {

@@ -55,7 +55,9 @@ func pinToCPU0(t *testing.T, cid string) {
 // all four in proportion, so the ratio holds on a busy machine too. The
 // window starts once every sandbox is busy and ends once the light one
 // has had 1.5 s of CPU. Measured on 2026-12-05: 3.00 in five runs (two
-// under on-a-slow-machine), 1.00 with the weighing switched off.
+// under on-a-slow-machine), 1.00 with the weighing switched off. Under
+// cgroup v1 the sandboxes' parent cgroup must weigh one host process per
+// account with running sandboxes.
 func TestAccountsShareContendedCPU(t *testing.T) {
 	t.Parallel()
 	c := backend(t)
@@ -76,6 +78,17 @@ func TestAccountsShareContendedCPU(t *testing.T) {
 		}
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("weights %v, want %v", got, want)
 	})
+	// Together the sandboxes weigh one host process per account with
+	// running sandboxes: these two, and those of tests running beside.
+	if dir, v2 := engineCgroup(t, lightCID, "cpu"); !v2 {
+		parent := filepath.Dir(dir)
+		waitFor(t, "the sandboxes' weight together", func() (bool, string) {
+			b, err := os.ReadFile(filepath.Join(parent, "cpu.shares"))
+			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && n >= 2*container.DefaultCPUWeight && n%container.DefaultCPUWeight == 0,
+				fmt.Sprintf("%s weighs %d (%v), want a multiple of %d of at least two", parent, n, err, container.DefaultCPUWeight)
+		})
+	}
 	for cid := range want {
 		pinToCPU0(t, cid)
 	}

@@ -18,7 +18,10 @@ import (
 // them, however many sandboxes each runs, and within an account each
 // sandbox gets its vCPUs' part; an uncontended host still gives every
 // sandbox up to its limit. Host processes (the backend, the engine) keep
-// the kernel's default weight each.
+// the kernel's default weight each; where the runtime can weigh all its
+// containers together (under a parent cgroup of their own), they weigh as
+// many host processes as there are accounts with running sandboxes, so
+// each account weighs as one host process (applyTotalWeight).
 //
 // With a runtime that weighs containers (container.CPUWeigher), a start
 // begins at the weight its account's live sandboxes leave it
@@ -54,6 +57,11 @@ type weights struct {
 	// said once): the weighing goroutine's own.
 	set map[string]map[string]int
 	off bool
+	// total is the weight all containers were given together, 0 before
+	// the first; totalOff says the runtime cannot weigh them together
+	// (said once). The weighing goroutine's own.
+	total    int
+	totalOff bool
 }
 
 func newWeights(rt container.Runtime) *weights {
@@ -111,6 +119,35 @@ func (m *Manager) weighLoop() {
 		for account, ws := range want {
 			m.applyWeights(account, ws)
 		}
+		m.applyTotalWeight()
+	}
+}
+
+// totalCPUWeight is what the running sandboxes of accounts accounts weigh
+// together.
+func totalCPUWeight(accounts int) int {
+	return min(max(accounts, 1)*AccountCPUWeight, container.MaxCPUWeight)
+}
+
+// applyTotalWeight gives all running containers together the weight of
+// the accounts they belong to, when that changed.
+func (m *Manager) applyTotalWeight() {
+	w := totalCPUWeight(len(m.weights.set))
+	if m.weights.off || m.weights.totalOff || len(m.weights.set) == 0 || w == m.weights.total {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, weightTimeout)
+	err := m.weights.rt.SetTotalCPUWeight(ctx, w)
+	cancel()
+	switch {
+	case err == nil:
+		m.weights.total = w
+	case m.ctx.Err() != nil:
+	case errors.Is(err, container.ErrCannotWeigh):
+		m.log.Warn("sandboxes are not weighed together: all of them weigh as one host process against the backend's and the engine's", "err", err)
+		m.weights.totalOff = true
+	default:
+		m.log.Warn("CPU weight of the sandboxes together not set; tried again when an account's sandboxes change", "weight", w, "err", err)
 	}
 }
 

@@ -20,6 +20,7 @@ type weighingRuntime struct {
 	start  map[string]int // by container name: the weight its start asked for
 	cannot bool           // every SetCPUWeight answers ErrCannotWeigh
 	calls  int
+	total  int // what all containers weigh together, 0 until set
 }
 
 var _ container.CPUWeigher = (*weighingRuntime)(nil)
@@ -47,6 +48,23 @@ func (w *weighingRuntime) SetCPUWeight(_ context.Context, id string, weight int)
 	}
 	w.weight[id] = weight
 	return nil
+}
+
+func (w *weighingRuntime) SetTotalCPUWeight(_ context.Context, weight int) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.total = weight
+	return nil
+}
+
+// wantTotal waits for all containers together to weigh want.
+func (w *weighingRuntime) wantTotal(t *testing.T, when string, want int) {
+	t.Helper()
+	waitUntil(t, when+": the total weight", func() bool {
+		w.wmu.Lock()
+		defer w.wmu.Unlock()
+		return w.total == want
+	})
 }
 
 // TestAccountsWeighTheSame: each account's running sandboxes share one
@@ -110,6 +128,14 @@ func TestAccountsWeighTheSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("one each", map[string]int{a1: 1024, b1: 1024})
+	// Together they weigh one host process per account.
+	rt.wantTotal(t, "one each", 2*AccountCPUWeight)
+	if err := m.Delete(ctx, "a", a1); err != nil {
+		t.Fatal(err)
+	}
+	rt.wantTotal(t, "b alone", AccountCPUWeight)
+	create("c", "base")
+	rt.wantTotal(t, "b and c", 2*AccountCPUWeight)
 }
 
 // TestCannotWeighStopsWeighing: a runtime that cannot weigh here is asked

@@ -14,20 +14,33 @@ import (
 // EngineCPUs is how many CPUs the engine may use (its NCPU, asked once),
 // or 0 when it does not say.
 func (d *Runtime) EngineCPUs(ctx context.Context) int {
+	return d.engineFacts(ctx).ncpu
+}
+
+// engineFacts is what the engine's Info says that this runtime uses.
+type engineFacts struct {
+	ncpu         int    // the CPUs it may use, 0: it did not say
+	cgroupDriver string // "cgroupfs" or "systemd"
+}
+
+// engineFacts asks the engine's Info once it answers; until then each
+// call asks again, and gets the zero facts when it does not answer.
+func (d *Runtime) engineFacts(ctx context.Context) engineFacts {
 	d.platformMu.Lock()
-	n := d.ncpu
+	f := d.facts
 	d.platformMu.Unlock()
-	if n > 0 {
-		return n
+	if f.ncpu > 0 {
+		return f
 	}
 	info, err := d.cli.Info(ctx)
 	if err != nil || info.NCPU <= 0 {
-		return 0 // the create answers what the engine thinks of the limit
+		return engineFacts{} // the create answers what the engine thinks of the limit
 	}
+	f = engineFacts{ncpu: info.NCPU, cgroupDriver: info.CgroupDriver}
 	d.platformMu.Lock()
-	d.ncpu = info.NCPU
+	d.facts = f
 	d.platformMu.Unlock()
-	return info.NCPU
+	return f
 }
 
 // cpuLimit is the limit a container gets for nano (1e-9 CPUs) on an

@@ -36,17 +36,7 @@ func (d *Runtime) SetCPUWeight(ctx context.Context, id string, weight int) error
 	if err != nil {
 		return err
 	}
-	value := weight
-	if file.v2 {
-		value = weightV2(weight)
-	}
-	f, err := os.OpenFile(file.path, os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString(strconv.Itoa(value))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
+	err = writeWeight(file, weight)
 	if errors.Is(err, fs.ErrNotExist) {
 		d.forgetCPUWeight(id) // the container went: its cgroup with it
 		return fmt.Errorf("%w: %s", container.ErrNotFound, id)
@@ -55,6 +45,23 @@ func (d *Runtime) SetCPUWeight(ctx context.Context, id string, weight int) error
 		return fmt.Errorf("runtime: set the CPU weight of container %s: %w", id, err)
 	}
 	return nil
+}
+
+// writeWeight writes weight (a cgroup v1 share) to a weight file.
+func writeWeight(file cpuWeightFile, weight int) error {
+	value := weight
+	if file.v2 {
+		value = weightV2(weight)
+	}
+	f, err := os.OpenFile(file.path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.Itoa(value))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // weightV2 maps a cgroup v1 share onto cgroup v2's cpu.weight (1 to
@@ -99,6 +106,7 @@ func (d *Runtime) cpuWeightFile(ctx context.Context, id string) (cpuWeightFile, 
 	d.weightMu.Lock()
 	d.weightFiles[id] = f
 	d.weightMu.Unlock()
+	d.noteParent(f)
 	return f, nil
 }
 
@@ -151,21 +159,14 @@ func cpuFileOf(groups, mounts string) (cpuWeightFile, error) {
 			v1, haveV1 = parts[2], true
 		}
 	}
-	sc := bufio.NewScanner(strings.NewReader(mounts))
 	var v2Mount, v2Root string
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if sep < 5 || len(f) < sep+4 {
-			continue
-		}
-		root, point, fstype, opts := f[3], f[4], f[sep+1], strings.Split(f[sep+3], ",")
+	for _, m := range cgroupMounts(mounts) {
 		switch {
-		case haveV1 && fstype == "cgroup" && slices.Contains(opts, "cpu"):
-			p, err := under(point, root, v1)
+		case haveV1 && m.fstype == "cgroup" && slices.Contains(m.opts, "cpu"):
+			p, err := under(m.point, m.root, v1)
 			return cpuWeightFile{path: filepath.Join(p, "cpu.shares")}, err
-		case haveV2 && fstype == "cgroup2" && v2Mount == "":
-			v2Mount, v2Root = point, root
+		case haveV2 && m.fstype == "cgroup2" && v2Mount == "":
+			v2Mount, v2Root = m.point, m.root
 		}
 	}
 	if haveV2 && v2Mount != "" && !haveV1 {
@@ -173,6 +174,29 @@ func cpuFileOf(groups, mounts string) (cpuWeightFile, error) {
 		return cpuWeightFile{path: filepath.Join(p, "cpu.weight"), v2: true}, err
 	}
 	return cpuWeightFile{}, errors.New("no mounted cgroup with a cpu controller")
+}
+
+// cgroupMount is a mounted cgroup hierarchy, from /proc/self/mountinfo.
+type cgroupMount struct {
+	root, point, fstype string
+	opts                []string // the super options: a v1 hierarchy's controllers
+}
+
+// cgroupMounts lists the cgroup and cgroup2 mounts of a mountinfo.
+func cgroupMounts(mounts string) []cgroupMount {
+	var out []cgroupMount
+	sc := bufio.NewScanner(strings.NewReader(mounts))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if sep < 5 || len(f) < sep+4 {
+			continue
+		}
+		if fstype := f[sep+1]; fstype == "cgroup" || fstype == "cgroup2" {
+			out = append(out, cgroupMount{root: f[3], point: f[4], fstype: fstype, opts: strings.Split(f[sep+3], ",")})
+		}
+	}
+	return out
 }
 
 // under is the directory of cgroup path in a hierarchy mounted at point

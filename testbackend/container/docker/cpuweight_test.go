@@ -16,9 +16,10 @@ import (
 // kernelCPUWeight reads a container's weight where the engine puts its
 // cgroup (cgroupfs under v1, systemd's scope under v2), not where
 // cpuweight.go finds it.
-func kernelCPUWeight(t *testing.T, id string) string {
+func kernelCPUWeight(t *testing.T, d *Runtime, id string) string {
 	t.Helper()
 	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/cpu", cgroupParentName(d.instance), id, "cpu.shares"),
 		filepath.Join("/sys/fs/cgroup/cpu/docker", id, "cpu.shares"),
 		filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+id+".scope", "cpu.weight"),
 		filepath.Join("/sys/fs/cgroup/docker", id, "cpu.weight"),
@@ -46,7 +47,7 @@ func TestCPUWeightReachesTheKernel(t *testing.T) {
 		}
 		return strconv.Itoa(weightV2(w))
 	}
-	if got := kernelCPUWeight(t, id); got != v2(300) {
+	if got := kernelCPUWeight(t, d, id); got != v2(300) {
 		t.Fatalf("started with weight 300: the kernel has %s", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -55,7 +56,7 @@ func TestCPUWeightReachesTheKernel(t *testing.T) {
 		if err := d.SetCPUWeight(ctx, id, w); err != nil {
 			t.Fatal(err)
 		}
-		if got := kernelCPUWeight(t, id); got != v2(w) {
+		if got := kernelCPUWeight(t, d, id); got != v2(w) {
 			t.Fatalf("weight %d set: the kernel has %s", w, got)
 		}
 	}

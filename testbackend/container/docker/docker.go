@@ -128,10 +128,12 @@ type Runtime struct {
 	platformMu   sync.Mutex // guards the three below
 	platformOS   string     // the engine's, once asked (image_policy.go)
 	platformArch string
-	ncpu         int // the engine's CPUs, once asked (cpus.go)
+	facts        engineFacts // the engine's Info, once asked (cpus.go)
 
-	weightMu    sync.Mutex               // guards weightFiles; never held across an engine call
-	weightFiles map[string]cpuWeightFile // containers' CPU weight files, by id (cpuweight.go)
+	weightMu     sync.Mutex               // guards the three below; never held across an engine call
+	weightFiles  map[string]cpuWeightFile // containers' CPU weight files, by id (cpuweight.go)
+	parentWeight cpuWeightFile            // the own cgroup parent's, once a container under it was weighed (cgroupparent.go)
+	totalWeight  int                      // the parent's weight last asked for, 0: none
 }
 
 var _ container.Runtime = (*Runtime)(nil)
@@ -232,12 +234,16 @@ func (d *Runtime) Address() string { return d.host }
 // Instance is the owner id this runtime labels and lists containers by.
 func (d *Runtime) Instance() string { return d.instance }
 
-// Close releases the engine client.
+// Close releases the engine client, and this runtime's own cgroup
+// parent when no container is left under it.
 func (d *Runtime) Close() error {
 	d.sessMu.Lock()
 	d.closed = true
 	d.sessMu.Unlock()
 	d.closeSessions()
+	if d.mayOwnParent() {
+		_ = RemoveCgroupParent(d.instance, false) // best effort: the reaper tries again
+	}
 	return d.cli.Close()
 }
 

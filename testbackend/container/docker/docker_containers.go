@@ -49,6 +49,7 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 	spec.NanoCPUs = cpuLimit(spec.NanoCPUs, d.EngineCPUs(ctx))
 	cfg := d.containerConfig(spec)
 	hc := d.hostConfig(spec)
+	hc.CgroupParent = d.cgroupParent(ctx)
 	switch {
 	case d.agentPath == "":
 	case spec.RunMode:
