@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
@@ -123,9 +125,54 @@ func (d *Runtime) noteParent(f cpuWeightFile) {
 	w := d.totalWeight
 	d.weightMu.Unlock()
 	if w > 0 {
-		_ = d.weighParent(pf, w) // SetTotalCPUWeight's caller hears of a failure at its next call
+		_ = d.weighParent(pf, w) // on failure the kernel's default stays until the weight is set again
 	}
 }
+
+// removeLeftCgroups removes what the engine left of a removed
+// container's cgroups under this runtime's own parent: its runtime
+// leaves them when the container's start failed (measured on 2026-12-05:
+// a run-mode program that does not exist left one in every hierarchy),
+// and each is a kernel object an account could otherwise pile up at the
+// rate of its creates. The sandbox's processes may still be leaving them
+// when the removal returns, so the cgroups are removed in the background
+// as soon as they are empty (rmdir takes only a cgroup without
+// processes), for at most leftCgroupWait. Only for a full container id.
+func (d *Runtime) removeLeftCgroups(id string) {
+	if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" || !d.mayOwnParent() {
+		return
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var dirs []string
+	for _, m := range cgroupMounts(string(mounts)) {
+		dir, err := under(m.point, m.root, "/"+cgroupParentName(d.instance)+"/"+id)
+		if err == nil && os.Remove(dir) != nil {
+			if _, err := os.Stat(dir); err == nil {
+				dirs = append(dirs, dir)
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return // the usual case: the engine's runtime removed them
+	}
+	go func() {
+		deadline := time.Now().Add(leftCgroupWait)
+		for len(dirs) > 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			dirs = slices.DeleteFunc(dirs, func(dir string) bool {
+				err := os.Remove(dir)
+				return err == nil || errors.Is(err, fs.ErrNotExist)
+			})
+		}
+	}()
+}
+
+// leftCgroupWait bounds how long a removed container's cgroups are
+// waited for to be empty.
+const leftCgroupWait = 30 * time.Second
 
 // RemoveCgroupParent removes instance's own cgroup parent from every
 // mounted cgroup hierarchy where it is empty. With leftovers, the

@@ -251,6 +251,7 @@ func (d *Runtime) Remove(ctx context.Context, id string) error {
 func (d *Runtime) removed(id string) {
 	d.releaseNet(id)
 	d.forgetCPUWeight(id)
+	d.removeLeftCgroups(id)
 }
 
 // waitRemoved waits until a removal under way has finished (the engine

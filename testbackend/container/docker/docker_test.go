@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -831,6 +832,23 @@ func TestRunModeProgramMissing(t *testing.T) {
 		}
 		if !strings.Contains(refused.Msg, strconv.Quote(prog)) || strings.Contains(refused.Msg, "daemon") || strings.Contains(refused.Msg, "OCI") {
 			t.Errorf("start of %q: message %q, want the program named in the runtime's own words", prog, refused.Msg)
+		}
+		// The failed start leaves no cgroup behind in any hierarchy (the
+		// engine's runtime left one in each; an account could pile them
+		// up at the rate of its creates), once its processes are gone.
+		if id == "" {
+			t.Fatalf("start of %q: no container id", prog)
+		}
+		deadline := time.Now().Add(leftCgroupWait + 10*time.Second)
+		for {
+			left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cgroupParentName(d.instance), id))
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("start of %q (container %s): its cgroups are left behind: %v", prog, id, left)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
