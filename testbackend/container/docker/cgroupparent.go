@@ -142,14 +142,13 @@ func (d *Runtime) removeLeftCgroups(id string) {
 	if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" || !d.mayOwnParent() {
 		return
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	all, err := cgroupDirs("/" + cgroupParentName(d.instance) + "/" + id)
 	if err != nil {
 		return
 	}
 	var dirs []string
-	for _, m := range cgroupMounts(string(mounts)) {
-		dir, err := under(m.point, m.root, "/"+cgroupParentName(d.instance)+"/"+id)
-		if err == nil && os.Remove(dir) != nil {
+	for _, dir := range all {
+		if os.Remove(dir) != nil {
 			if _, err := os.Stat(dir); err == nil {
 				dirs = append(dirs, dir)
 			}
@@ -182,16 +181,12 @@ const leftCgroupWait = 30 * time.Second
 // instance's new container may be between its cgroup's making and its
 // first process.
 func RemoveCgroupParent(instance string, leftovers bool) error {
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	dirs, err := cgroupDirs("/" + cgroupParentName(instance))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, m := range cgroupMounts(string(mounts)) {
-		dir, err := under(m.point, m.root, "/"+cgroupParentName(instance))
-		if err != nil {
-			continue // this hierarchy's root is below ours: never ours
-		}
+	for _, dir := range dirs {
 		if leftovers {
 			children, _ := os.ReadDir(dir)
 			for _, c := range children {
@@ -205,4 +200,21 @@ func RemoveCgroupParent(instance string, leftovers bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupDirs is where cgroup path is in every cgroup hierarchy mounted
+// here, whether or not it exists; a hierarchy whose root is below path
+// holds no part of it and is left out.
+func cgroupDirs(path string) ([]string, error) {
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, m := range cgroupMounts(string(mounts)) {
+		if dir, err := under(m.point, m.root, path); err == nil {
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs, nil
 }
