@@ -67,7 +67,7 @@ func (m *Manager) create(ctx context.Context, account string, tpl Template, req 
 // startAsyncLocked starts the sandbox's container in the background; the
 // sandbox answers SANDBOX_NOT_READY until it runs.
 //
-// A start waits in the start queue (startqueue.go) until its account's
+// A start waits in the start queue (turnqueue.go) until its account's
 // turn; a sandbox deleted or expired meanwhile cancels it there
 // (cancelStartLocked), so that what an account deletes costs no start:
 // otherwise creating and deleting at once would queue starts without

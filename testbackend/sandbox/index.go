@@ -15,7 +15,7 @@ import (
 // it counted for, so that taking it out undoes exactly that. The host's
 // totals over every account (m.live, m.liveAccounts) are kept the same
 // way, for the host capacity check (hostcap.go) and the start queue's
-// share (startqueue.go); every change marks the account for the CPU
+// share (turnqueue.go); every change marks the account for the CPU
 // weights (weights.go), which read its live sandboxes. Besides the
 // records, an account's index counts the vCPUs admitted for its creates
 // whose records are not in m.boxes yet (holdLocked, unholdLocked).
@@ -154,7 +154,7 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 
 // countLiveAccountLocked keeps m.liveAccounts, the number of accounts
 // with live sandboxes, as one account's count of them goes from before
-// to after. The start queue reads it without m.mu (startqueue.go).
+// to after. The start queue reads it without m.mu (turnqueue.go).
 func (m *Manager) countLiveAccountLocked(before, after int) {
 	switch {
 	case before == 0 && after > 0:

@@ -101,7 +101,7 @@ type Config struct {
 	DiskReserve int64
 	FreeDisk    func(dir string) (int64, error)
 	// StartSlots is how many container starts run at once, taking turns
-	// across accounts (default DefaultStartSlots; startqueue.go).
+	// across accounts (default DefaultStartSlots; turnqueue.go).
 	StartSlots int
 	// StartShare is how many of them one account may run while other
 	// accounts have live sandboxes (default DefaultStartShare()).
@@ -155,10 +155,10 @@ type Manager struct {
 	removing map[string]chan struct{}
 
 	engine    engineState
-	diskSpace *sampler    // the data directory's free space (diskcap.go)
-	leases    *sampler    // addresses leased on the sandbox network (hostcap.go); nil: not known
-	starts    *startQueue // container starts, in turns across accounts
-	weights   *weights    // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
+	diskSpace *sampler   // the data directory's free space (diskcap.go)
+	leases    *sampler   // addresses leased on the sandbox network (hostcap.go); nil: not known
+	starts    *turnQueue // container starts, in turns across accounts
+	weights   *weights   // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
 	// changed under mu, read by the start queue without it.
@@ -264,7 +264,7 @@ func New(cfg Config) (*Manager, error) {
 		removing:    map[string]chan struct{}{},
 	}
 	m.weights = newWeights(m.rt)
-	m.starts = newStartQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
+	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
 	}

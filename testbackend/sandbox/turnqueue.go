@@ -7,19 +7,20 @@ import (
 	"sync"
 )
 
-// Container starts take turns across accounts. At most Config.StartSlots
-// run at once; a start that finds them all busy waits in its account's
-// line, and a freed slot goes to the next account in round-robin order,
-// not to the oldest waiter: one account's burst of creates does not queue
-// another account's single create behind it, which waits at most for
-// one start of each account ahead of it.
+// A turnQueue hands out the slots of some host work in turns across
+// accounts. At most slots run at once; a caller that finds them all busy
+// waits in its account's line, and a freed slot goes to the next account
+// in round-robin order, not to the oldest waiter: one account's burst does
+// not queue another account's single call behind it, which waits at most
+// for one turn of each account ahead of it. While contended says more
+// than one account is on the host, one account holds at most share slots,
+// even with slots free: its burst then takes at most that much of the
+// host from the others. An account alone uses every slot.
 //
-// A start costs host CPU outside any sandbox's limits (the engine, the
-// runtime's boot, the network wiring). While more than one account has
-// live sandboxes, one account runs at most Config.StartShare starts at
-// once, even with slots free: its burst then takes at most that much of
-// the host from the others' commands (the soak's hostile-neighbour row
-// measures it). An account alone on the backend uses every slot.
+// Container starts take turns (Config.StartSlots, Config.StartShare): a
+// start costs host CPU outside any sandbox's limits (the engine, the
+// runtime's boot, the network wiring), and the soak's hostile-neighbour
+// row measures what a burst of them does to another account's commands.
 
 // DefaultStartSlots is how many container starts run at once by default:
 // enough that a stuck start does not hold up the others, few enough that a
@@ -30,7 +31,7 @@ const DefaultStartSlots = 8
 // other accounts have live sandboxes: half the host's cores, at least one.
 func DefaultStartShare() int { return max(1, runtime.NumCPU()/2) }
 
-type startQueue struct {
+type turnQueue struct {
 	slots int
 	share int
 	// contended reports whether more than one account has live sandboxes
@@ -40,25 +41,25 @@ type startQueue struct {
 
 	mu        sync.Mutex
 	running   int
-	byAccount map[string]int             // running starts by account
+	byAccount map[string]int             // running calls by account
 	order     []string                   // accounts with waiters, the next first
 	waiting   map[string][]chan struct{} // by account, oldest first
 }
 
-func newStartQueue(slots, share int, contended func() bool) *startQueue {
+func newTurnQueue(slots, share int, contended func() bool) *turnQueue {
 	if share <= 0 || share > slots {
 		share = slots
 	}
 	if contended == nil {
 		contended = func() bool { return false }
 	}
-	return &startQueue{slots: slots, share: share, contended: contended,
+	return &turnQueue{slots: slots, share: share, contended: contended,
 		byAccount: map[string]int{}, waiting: map[string][]chan struct{}{}}
 }
 
-// acquire waits for a start slot for account; the release it returns
+// acquire waits for a slot for account; the release it returns
 // gives it back. An error means ctx ended first (and no slot is held).
-func (q *startQueue) acquire(ctx context.Context, account string) (release func(), err error) {
+func (q *turnQueue) acquire(ctx context.Context, account string) (release func(), err error) {
 	release = func() { q.release(account) }
 	q.mu.Lock()
 	ch := make(chan struct{})
@@ -85,13 +86,13 @@ func (q *startQueue) acquire(ctx context.Context, account string) (release func(
 	}
 }
 
-func (q *startQueue) release(account string) {
+func (q *turnQueue) release(account string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.releaseLocked(account)
 }
 
-func (q *startQueue) releaseLocked(account string) {
+func (q *turnQueue) releaseLocked(account string) {
 	q.running--
 	if q.byAccount[account]--; q.byAccount[account] <= 0 {
 		delete(q.byAccount, account)
@@ -103,7 +104,7 @@ func (q *startQueue) releaseLocked(account string) {
 // line that may start one more; an account served goes to the back of
 // the line if it has more waiting. An account at its share keeps its
 // place: one of its own starts ends before long, and dispatches again.
-func (q *startQueue) dispatchLocked() {
+func (q *turnQueue) dispatchLocked() {
 	for q.running < q.slots && len(q.order) > 0 {
 		limit := q.slots
 		if q.share < q.slots && q.contended() {
@@ -129,7 +130,7 @@ func (q *startQueue) dispatchLocked() {
 	}
 }
 
-func (q *startQueue) dropLocked(account string, ch chan struct{}) {
+func (q *turnQueue) dropLocked(account string, ch chan struct{}) {
 	line := slices.DeleteFunc(q.waiting[account], func(c chan struct{}) bool { return c == ch })
 	if len(line) > 0 {
 		q.waiting[account] = line

@@ -10,7 +10,7 @@ import (
 // queues a burst of ten starts and account b one; as slots free, b's start
 // is the second one granted, not the eleventh.
 func TestStartQueueInterleavesAccounts(t *testing.T) {
-	q := newStartQueue(2, 0, nil)
+	q := newTurnQueue(2, 0, nil)
 	ctx := context.Background()
 	held := holdSlots(t, q, "warm", 2)
 	granted := make(chan string, 11)
@@ -59,7 +59,7 @@ func TestStartQueueInterleavesAccounts(t *testing.T) {
 // TestStartQueueCancelledWaiter: a waiter whose context ends leaves the
 // line and holds no slot.
 func TestStartQueueCancelledWaiter(t *testing.T) {
-	q := newStartQueue(1, 0, nil)
+	q := newTurnQueue(1, 0, nil)
 	r, err := q.acquire(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestStartQueueCancelledWaiter(t *testing.T) {
 // slots free; the other account's start is granted at once; and the
 // first account's next start follows the end of one of its own.
 func TestStartQueueShareWhileContended(t *testing.T) {
-	q := newStartQueue(8, 2, func() bool { return true })
+	q := newTurnQueue(8, 2, func() bool { return true })
 	ctx := context.Background()
 	held := holdSlots(t, q, "a", 2)
 	third := make(chan func(), 1)
@@ -129,7 +129,7 @@ func TestStartQueueShareWhileContended(t *testing.T) {
 // TestStartQueueAloneUsesEverySlot: an account alone on the backend is
 // not held to the share.
 func TestStartQueueAloneUsesEverySlot(t *testing.T) {
-	q := newStartQueue(4, 1, func() bool { return false })
+	q := newTurnQueue(4, 1, func() bool { return false })
 	done := make(chan func(), 4)
 	for range 4 {
 		go func() {
@@ -152,7 +152,7 @@ func TestStartQueueAloneUsesEverySlot(t *testing.T) {
 }
 
 // holdSlots takes n start slots for account, none of which may wait.
-func holdSlots(t *testing.T, q *startQueue, account string, n int) []func() {
+func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 	t.Helper()
 	var held []func()
 	for range n {
@@ -165,7 +165,7 @@ func holdSlots(t *testing.T, q *startQueue, account string, n int) []func() {
 	return held
 }
 
-func waitQueued(t *testing.T, q *startQueue, account string, n int) {
+func waitQueued(t *testing.T, q *turnQueue, account string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
