@@ -126,6 +126,10 @@ type Config struct {
 	// sandbox.DefaultStartShare()).
 	StartSlots int
 	StartShare int
+	// TransferShare is how many file reads and writes one account runs at
+	// once while other accounts have live sandboxes (0:
+	// sandbox.DefaultTransferShare).
+	TransferShare int
 	// Egress control (package egress, startup.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
@@ -346,6 +350,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		DiskReserve:       cfg.DiskReserve,
 		StartSlots:        cfg.StartSlots,
 		StartShare:        cfg.StartShare,
+		TransferShare:     cfg.TransferShare,
 		Egress:            b.egressEnforcer(),
 	})
 	if err != nil {

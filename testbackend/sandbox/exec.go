@@ -219,6 +219,11 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 	if err != nil {
 		return err
 	}
+	release, err := m.transferTurn(ctx, account, id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content); err != nil {
 		return m.fileErr(id, path, true, err)
 	}
@@ -236,6 +241,11 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 	if err != nil {
 		return "", err
 	}
+	release, err := m.transferTurn(ctx, account, id)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	content, err := m.rt.ReadFile(ctx, sb.ContainerID, path, MaxReadFileBytes)
 	if err != nil {
 		return "", m.fileErr(id, path, false, err)

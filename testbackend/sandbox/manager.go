@@ -106,6 +106,13 @@ type Config struct {
 	// StartShare is how many of them one account may run while other
 	// accounts have live sandboxes (default DefaultStartShare()).
 	StartShare int
+	// TransferShare is how many file reads and writes one account runs
+	// at once while other accounts have live sandboxes (default
+	// DefaultTransferShare; transfers.go); TransferWait how long one
+	// waits in its account's line before the 429 (default
+	// DefaultTransferWait).
+	TransferShare int
+	TransferWait  time.Duration
 	// Egress enforces egress policies; nil: egress control is off.
 	Egress EgressEnforcer
 	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
@@ -158,6 +165,7 @@ type Manager struct {
 	diskSpace *sampler   // the data directory's free space (diskcap.go)
 	leases    *sampler   // addresses leased on the sandbox network (hostcap.go); nil: not known
 	starts    *turnQueue // container starts, in turns across accounts
+	transfers *turnQueue // file reads and writes, in turns across accounts (transfers.go)
 	weights   *weights   // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
@@ -228,6 +236,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StartShare <= 0 {
 		cfg.StartShare = DefaultStartShare()
 	}
+	if cfg.TransferShare <= 0 {
+		cfg.TransferShare = DefaultTransferShare
+	}
+	if cfg.TransferWait <= 0 {
+		cfg.TransferWait = DefaultTransferWait
+	}
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -264,7 +278,9 @@ func New(cfg Config) (*Manager, error) {
 		removing:    map[string]chan struct{}{},
 	}
 	m.weights = newWeights(m.rt)
-	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, func() bool { return m.liveAccounts.Load() > 1 })
+	contended := func() bool { return m.liveAccounts.Load() > 1 }
+	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, contended)
+	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, contended)
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
 	}

@@ -1,0 +1,52 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// File reads and writes take turns within each account. Every byte of a
+// read (up to MaxReadFileBytes) or a write passes through the sandbox's
+// agent, the engine's attach stream and the backend: host CPU that no
+// sandbox limit counts, and the more of one account's transfers run at
+// once, the longer another account's commands wait for a CPU (measured
+// in cmd/rarecloud-bench/results/README.md#hostile-neighbour). While more
+// than one account has live sandboxes, one account runs at most
+// Config.TransferShare of them at once and the rest wait in its line, for
+// at most Config.TransferWait, then answer 429 with Retry-After; other
+// accounts' transfers do not wait for them. An account alone runs
+// as many at once as it sends. Commands are not in line: they may run
+// for minutes, and their output is at most MaxExecOutput a stream.
+
+// DefaultTransferShare is how many file reads and writes one account runs
+// at once while other accounts have live sandboxes.
+const DefaultTransferShare = 1
+
+// DefaultTransferWait is how long a file read or write waits in its
+// account's line before the 429: a few 8 MB reads' time on a busy host.
+const DefaultTransferWait = 3 * time.Second
+
+// maxTransfers is the turn queue's slots for every account together: so
+// many that only an account's share (and its limit of requests in
+// flight) bounds its transfers.
+const maxTransfers = 1 << 20
+
+// transferTurn waits for account's turn to move a file in or out of
+// sandbox id; release ends it. The wait ends with the request, or after
+// Config.TransferWait with a 429.
+func (m *Manager) transferTurn(ctx context.Context, account, id string) (release func(), err error) {
+	wait, cancel := context.WithTimeout(ctx, m.cfg.TransferWait)
+	defer cancel()
+	release, err = m.transfers.acquire(wait, account)
+	switch {
+	case err == nil:
+		return release, nil
+	case ctx.Err() == nil:
+		return nil, &Error{Code: CodeTooManyRequests, RetryAfter: 1, Message: fmt.Sprintf(
+			"the account's other file reads and writes kept this one for sandbox %s waiting for %s: while other accounts are on the host, an account moves at most %d at a time; retry after a second",
+			id, m.cfg.TransferWait, m.cfg.TransferShare)}
+	default:
+		return nil, errorf(CodeServiceUnavailable, "the request for sandbox %s ended while it waited for its account's turn to move a file; send it again", id)
+	}
+}
