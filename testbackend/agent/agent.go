@@ -21,7 +21,7 @@ import (
 )
 
 // Protocol answers a ping; the backend refuses another version.
-const Protocol = "rarecloud-agent/1"
+const Protocol = "rarecloud-agent/2"
 
 // Request is one process to run. Lines of JSON, one request each.
 type Request struct {
@@ -36,12 +36,15 @@ type Request struct {
 	MaxOutput int      `json:"maxOutput,omitempty"`
 }
 
-// Response answers one request.
+// Response answers one request, as a frame (frame.go): the output
+// follows the line, as many bytes as StdoutLen and StderrLen say.
 type Response struct {
 	ID              uint64 `json:"id"`
 	Protocol        string `json:"protocol,omitempty"`
-	Stdout          []byte `json:"stdout,omitempty"`
-	Stderr          []byte `json:"stderr,omitempty"`
+	Stdout          []byte `json:"-"`
+	Stderr          []byte `json:"-"`
+	StdoutLen       int    `json:"stdoutLen,omitempty"`
+	StderrLen       int    `json:"stderrLen,omitempty"`
 	ExitCode        *int   `json:"exitCode"`
 	TimedOut        bool   `json:"timedOut,omitempty"`
 	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
@@ -57,15 +60,15 @@ type Response struct {
 // is at most 4 MB, and base64 makes that 5.4 MB.
 const MaxLine = 16 << 20
 
-// Serve reads requests from in and writes responses to out until in ends.
+// Serve reads requests from in and writes their answers to out as frames
+// (frame.go) until in ends.
 // Each request runs in its own goroutine; responses go out as they finish.
 func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	var mu sync.Mutex
-	enc := json.NewEncoder(out)
-	send := func(v any) {
+	send := func(res Response) {
 		mu.Lock()
 		defer mu.Unlock()
-		_ = enc.Encode(v)
+		_ = WriteFrame(out, res)
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"strings"
 	"testing"
 	"time"
 )
@@ -17,25 +16,28 @@ func session(t *testing.T) func(Request) Response {
 	outR, outW := io.Pipe()
 	go func() { _ = Serve(context.Background(), inR, outW); outW.Close() }()
 	t.Cleanup(func() { inW.Close() })
-	sc := bufio.NewScanner(outR)
-	sc.Buffer(make([]byte, 1<<20), MaxLine)
+	br := bufio.NewReader(outR)
 	enc := json.NewEncoder(inW)
-	if err := enc.Encode(Request{ID: 9, Ping: true}); err != nil || !sc.Scan() || !strings.Contains(sc.Text(), Protocol) {
-		t.Fatalf("no answer to ping: %q %v", sc.Text(), err)
+	read := func() Response {
+		t.Helper()
+		res, _, err := ReadFrame(br, 64<<10, func(Response) (int, bool) { return 16 << 20, true })
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		return res
+	}
+	if err := enc.Encode(Request{ID: 9, Ping: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res := read(); res.ID != 9 || res.Protocol != Protocol {
+		t.Fatalf("ping answered %+v", res)
 	}
 	return func(req Request) Response {
 		t.Helper()
 		if err := enc.Encode(req); err != nil {
 			t.Fatal(err)
 		}
-		if !sc.Scan() {
-			t.Fatalf("no response: %v", sc.Err())
-		}
-		var res Response
-		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return read()
 	}
 }
 

@@ -2,9 +2,7 @@ package docker
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,12 +87,6 @@ type agentSession struct {
 	stray     int // bytes of answers to no pending request so far
 	done      chan struct{}
 	err       error
-}
-
-// pendingCall is a request waiting for its answer.
-type pendingCall struct {
-	ch    chan agent.Response
-	limit int // the longest answer it can have, in bytes
 }
 
 // session returns the container's agent session, attaching when there is
@@ -242,33 +234,33 @@ const (
 	// MaxAgentOutput caps the output of one request through the agent, per
 	// stream (an ExecRequest asking for more, or for no limit, gets this).
 	MaxAgentOutput = 8 << 20
-	// agentFrameSlack is a frame's room besides the output it carries; it
-	// is also the longest frame while no request is pending.
-	agentFrameSlack = 64 << 10
+	// maxAgentLine bounds a frame's line, the answer without its output.
+	maxAgentLine = 64 << 10
 	// maxStrayBytes bounds the answers to no pending request (timed out, or
 	// meant for another backend attached to the same agent) per session.
 	maxStrayBytes = 16 << 20
 )
 
-// frameLimit is the longest answer to a request for maxOutput bytes per
-// stream: both streams base64-encoded in JSON, and the rest.
-func frameLimit(maxOutput int) int {
-	return 2*base64.StdEncoding.EncodedLen(maxOutput) + agentFrameSlack
+// pendingCall is a request waiting for its answer.
+type pendingCall struct {
+	ch  chan agent.Response
+	max int // the most output it may have, per stream
 }
 
-// limit is the longest frame the session accepts now: enough for the
-// largest answer pending, never more.
-func (s *agentSession) limit() int {
+// room is how much output per stream the answer with id may have, and
+// whether anyone wants it: its caller's limit; a forgotten request's,
+// to drop; for an answer to no request, what is left of the session's
+// bound on those, to drop.
+func (s *agentSession) room(id uint64) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := agentFrameSlack
-	for _, p := range s.pending {
-		n = max(n, p.limit)
+	if p, ok := s.pending[id]; ok {
+		return p.max, true
 	}
-	for _, l := range s.forgotten {
-		n = max(n, l)
+	if l, ok := s.forgotten[id]; ok {
+		return l, false
 	}
-	return n
+	return max(0, maxStrayBytes-s.stray), false
 }
 
 // errHostileAgent marks a session the backend dropped for what came out of
@@ -288,52 +280,35 @@ func (d *Runtime) readResponses(id string, s *agentSession, r io.Reader) {
 }
 
 // readFrames hands each answer to its caller until r ends (io.EOF or the
-// read error) or sends
-// something no agent sends: a frame over the limit, a frame that is not
-// an answer, or too many answers to no request. Then it returns an error
-// wrapping errHostileAgent, having read at most one limit's worth more.
+// read error) or sends something no agent sends: bytes that are not a
+// frame, a frame with more output than its request allows, or too many
+// answers to no request. Then it returns an error wrapping
+// errHostileAgent, having read at most one line's worth more.
 func (s *agentSession) readFrames(r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	var line []byte
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if limit := s.limit(); len(line)+len(chunk) > limit {
-			return fmt.Errorf("%w: a frame of more than %d bytes", errHostileAgent, limit)
-		}
-		line = append(line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
+		res, n, err := agent.ReadFrame(br, maxAgentLine, func(head agent.Response) (int, bool) { return s.room(head.ID) })
+		if errors.Is(err, agent.ErrFrame) {
+			return fmt.Errorf("%w: %v", errHostileAgent, err)
 		}
 		if err != nil {
 			return err
 		}
-		if err := s.deliver(line); err != nil {
+		if err := s.deliver(res, n); err != nil {
 			return err
-		}
-		if cap(line) > 1<<20 {
-			line = nil // do not keep a large answer's buffer for good
-		} else {
-			line = line[:0]
 		}
 	}
 }
 
-// deliver hands one frame to its caller.
-func (s *agentSession) deliver(line []byte) error {
-	var res agent.Response
-	if trimmed := bytes.TrimSpace(line); len(trimmed) == 0 || trimmed[0] != '{' {
-		return fmt.Errorf("%w: a frame that is not an answer", errHostileAgent)
-	}
-	if err := json.Unmarshal(line, &res); err != nil {
-		return fmt.Errorf("%w: a frame that is not an answer (%v)", errHostileAgent, err)
-	}
+// deliver hands one answer, n bytes on the wire, to its caller.
+func (s *agentSession) deliver(res agent.Response, n int) error {
 	s.mu.Lock()
 	p, ok := s.pending[res.ID]
 	delete(s.pending, res.ID)
 	_, late := s.forgotten[res.ID]
 	delete(s.forgotten, res.ID)
 	if !ok && !late {
-		s.stray += len(line)
+		s.stray += n
 	}
 	stray := s.stray
 	s.mu.Unlock()
@@ -385,13 +360,13 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	}
 	s.nextID++
 	req.ID = s.nextID
-	s.pending[req.ID] = pendingCall{ch: ch, limit: frameLimit(req.MaxOutput)}
+	s.pending[req.ID] = pendingCall{ch: ch, max: req.MaxOutput}
 	s.mu.Unlock()
 	forget := func() {
 		s.mu.Lock()
 		if p, ok := s.pending[req.ID]; ok {
 			delete(s.pending, req.ID)
-			s.forgotten[req.ID] = p.limit
+			s.forgotten[req.ID] = p.max
 		}
 		s.mu.Unlock()
 	}

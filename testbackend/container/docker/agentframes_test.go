@@ -36,45 +36,89 @@ func newTestSession() *agentSession {
 	return &agentSession{pending: map[uint64]pendingCall{}, forgotten: map[uint64]int{}, done: make(chan struct{})}
 }
 
+// frames is answers as an agent writes them.
+func frames(t *testing.T, res ...agent.Response) string {
+	t.Helper()
+	var b strings.Builder
+	for _, r := range res {
+		if err := agent.WriteFrame(&b, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
 // A 60 MB line, as sandbox code writing to the agent's stdout could send:
-// the session is dropped as hostile after reading little more than the
-// limit, not after buffering the line.
+// the session is dropped as hostile after reading little more than a
+// frame's line, not after buffering the line, whatever output the
+// pending request may have.
 func TestAgentFrameOverLimitIsHostile(t *testing.T) {
 	for _, pending := range []int{0, 1 << 20, MaxAgentOutput} {
 		s := newTestSession()
 		if pending > 0 {
-			s.pending[7] = pendingCall{ch: make(chan agent.Response, 1), limit: frameLimit(pending)}
+			s.pending[7] = pendingCall{ch: make(chan agent.Response, 1), max: pending}
 		}
 		src := &endless{b: 'A', n: 60 << 20}
 		err := s.readFrames(src)
 		if !errors.Is(err, errHostileAgent) {
 			t.Fatalf("pending output %d: a 60 MB line ended the session with %v, want hostile", pending, err)
 		}
-		limit := agentFrameSlack
-		if pending > 0 {
-			limit = frameLimit(pending)
-		}
-		if src.read > limit+(64<<10) {
-			t.Fatalf("pending output %d: read %d bytes of the line, limit %d", pending, src.read, limit)
+		if src.read > maxAgentLine+(64<<10) {
+			t.Fatalf("pending output %d: read %d bytes of the line, limit %d", pending, src.read, maxAgentLine)
 		}
 		t.Logf("pending output %d: dropped after %d bytes (%v)", pending, src.read, err)
 	}
 }
 
-// Anything that is not an answer is hostile; answers to no request are
-// tolerated up to a bound; late answers to a forgotten request are not
-// counted; a real answer reaches its caller.
-func TestAgentFrames(t *testing.T) {
+// An answer that says it has more output than its request allows is
+// hostile before its output is read.
+func TestAgentFrameOutputOverLimitIsHostile(t *testing.T) {
+	zero := 0
+	for _, head := range []string{
+		`{"id":7,"exitCode":0,"stdoutLen":1048577}`,
+		`{"id":7,"exitCode":0,"stderrLen":1048577}`,
+		`{"id":7,"exitCode":0,"stdoutLen":-1}`,
+		`{"id":8,"exitCode":0,"stdoutLen":16777217}`, // to no request: more than the strays' bound
+	} {
+		s := newTestSession()
+		s.pending[7] = pendingCall{ch: make(chan agent.Response, 1), max: 1 << 20}
+		output := &endless{b: 'A', n: 60 << 20}
+		if err := s.readFrames(io.MultiReader(strings.NewReader(head+"\n"), output)); !errors.Is(err, errHostileAgent) {
+			t.Errorf("%s: %v, want hostile", head, err)
+		}
+		if output.read > 64<<10 { // what the reader's buffer holds
+			t.Errorf("%s: %d bytes of its output read before it was found hostile", head, output.read)
+		}
+	}
+	// At the limit it is an answer (the control).
 	s := newTestSession()
 	ch := make(chan agent.Response, 1)
-	s.pending[5] = pendingCall{ch: ch, limit: frameLimit(1 << 20)}
-	s.forgotten[6] = frameLimit(1 << 20)
-	in := `{"id":5,"stdout":"aGk=","exitCode":0,"durationUs":1}` + "\n" + `{"id":6,"exitCode":0,"durationUs":1}` + "\n"
+	s.pending[7] = pendingCall{ch: ch, max: 1 << 20}
+	in := frames(t, agent.Response{ID: 7, ExitCode: &zero, Stdout: []byte(strings.Repeat("A", 1<<20)), Stderr: []byte(strings.Repeat("B", 1<<20))})
+	if err := s.readFrames(strings.NewReader(in)); !errors.Is(err, io.EOF) {
+		t.Fatalf("an answer at the limit: %v", err)
+	}
+	if res := <-ch; len(res.Stdout) != 1<<20 || len(res.Stderr) != 1<<20 || res.Stdout[0] != 'A' || res.Stderr[0] != 'B' {
+		t.Fatalf("an answer at the limit came as %d and %d bytes", len(res.Stdout), len(res.Stderr))
+	}
+}
+
+// Anything that is not an answer is hostile; answers to no request are
+// tolerated up to a bound; late answers to a forgotten request are not
+// counted; a real answer reaches its caller, its output byte for byte.
+func TestAgentFrames(t *testing.T) {
+	zero := 0
+	s := newTestSession()
+	ch := make(chan agent.Response, 1)
+	s.pending[5] = pendingCall{ch: ch, max: 1 << 20}
+	s.forgotten[6] = 1 << 20
+	out := []byte("hi\n\x00{\"id\":1}\n")
+	in := frames(t, agent.Response{ID: 6, ExitCode: &zero, Stdout: []byte("late")}, agent.Response{ID: 5, ExitCode: &zero, Stdout: out, Stderr: []byte("e")})
 	if err := s.readFrames(strings.NewReader(in)); !errors.Is(err, io.EOF) {
 		t.Fatalf("good frames: %v", err)
 	}
-	if res := <-ch; string(res.Stdout) != "hi" {
-		t.Fatalf("answer: %+v", res)
+	if res := <-ch; string(res.Stdout) != string(out) || string(res.Stderr) != "e" {
+		t.Fatalf("answer: %q %q", res.Stdout, res.Stderr)
 	}
 	if s.stray != 0 || len(s.forgotten) != 0 {
 		t.Fatalf("a late answer counted as stray: %d, forgotten %v", s.stray, s.forgotten)
@@ -84,7 +128,11 @@ func TestAgentFrames(t *testing.T) {
 			t.Errorf("frame %q: %v, want hostile", bad, err)
 		}
 	}
-	stray := strings.Repeat(`{"id":99,"exitCode":0,"stdout":"`+strings.Repeat("A", 60000)+`"}`+"\n", maxStrayBytes/60000+2)
+	// A frame cut short is the end of the stream, not an answer.
+	if err := newTestSession().readFrames(strings.NewReader(in[:len(in)-1])); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a frame cut short: %v, want unexpected EOF", err)
+	}
+	stray := strings.Repeat(frames(t, agent.Response{ID: 99, ExitCode: &zero, Stdout: []byte(strings.Repeat("A", 60000))}), maxStrayBytes/60000+2)
 	if err := newTestSession().readFrames(strings.NewReader(stray)); !errors.Is(err, errHostileAgent) {
 		t.Errorf("%d bytes of answers to no request: %v, want hostile", len(stray), err)
 	}

@@ -129,8 +129,7 @@ func fakeAgent(conn net.Conn, r *bufio.Reader) {
 		}
 		zero := 0
 		stdout, _ := json.Marshal(req.Argv)
-		res, _ := json.Marshal(agent.Response{ID: req.ID, ExitCode: &zero, Stdout: stdout})
-		if _, err := out.Write(append(res, '\n')); err != nil {
+		if agent.WriteFrame(out, agent.Response{ID: req.ID, ExitCode: &zero, Stdout: stdout}) != nil {
 			return
 		}
 	}
