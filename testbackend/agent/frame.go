@@ -44,7 +44,7 @@ func WriteFrame(w io.Writer, res Response) error {
 // streams may have, and whether the output is wanted: a frame with more is
 // ErrFrame, found before its output is read; output not wanted is read
 // and dropped. n is the frame's length in bytes.
-func ReadFrame(br *bufio.Reader, maxLine int, room func(head Response) (max int, keep bool)) (res Response, n int, err error) {
+func ReadFrame(br *bufio.Reader, maxLine int, room func(head Response) (most int, keep bool)) (res Response, n int, err error) {
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
