@@ -66,7 +66,8 @@ func (r *transferRuntime) WriteFile(ctx context.Context, id, _, _ string) error 
 // An account alone runs its transfers at once.
 func TestTransfersTakeTurnsWhenContended(t *testing.T) {
 	rt := newTransferRuntime()
-	m := newManager(t, rt, ModeReal, t.TempDir())
+	// No 429 in this test, however slow the host: TestTransferWaitEndsWith429.
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, TransferWait: time.Hour}, t.TempDir())
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel: a transfer still held ends with it
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
