@@ -129,6 +129,9 @@ type Server struct {
 	// request queues for a bounded time, then the API answers 429 with
 	// Retry-After instead of queueing without end.
 	admit *admission
+	// drains drops what refused bodies leave, at each account's rate
+	// (drain.go).
+	drains *drains
 }
 
 // DefaultMaxInFlight is the per-account concurrency limit.
@@ -172,6 +175,7 @@ func New(mgr *sandbox.Manager, tokens []Token, log *slog.Logger, opts ...Options
 		}
 	}
 	s.admit = newAdmission(maxInFlight, wait, maxWait)
+	s.drains = newDrains(DrainRate)
 	for _, t := range tokens {
 		s.tokens[t.Token] = t
 	}
@@ -389,17 +393,18 @@ func other(scope string) string {
 	return ScopeRead
 }
 
-// decode reads a JSON body strictly: one object, known fields, valid UTF-8.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+// decode reads account's JSON body strictly: one object, known fields,
+// valid UTF-8.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, account string, v any) error {
 	limited := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	body, err := io.ReadAll(newNumberGuard(limited))
 	if err != nil {
 		if e, ok := errors.AsType[*sandbox.Error](err); ok {
-			// A number too long. The rest of the body is dropped unread by
-			// anything but the kernel's copy (milliseconds for 8 MiB, the
-			// body read timeout bounds a trickle), so that a client still
-			// sending it reads this answer instead of a reset connection.
-			_, _ = io.Copy(io.Discard, limited)
+			// A number too long. The rest of the body is dropped unread,
+			// at the account's drain rate (drain.go), so that a client
+			// still sending it reads this answer instead of a reset
+			// connection.
+			s.drains.drain(r.Context(), account, limited)
 			return e
 		}
 		var mbe *http.MaxBytesError

@@ -56,7 +56,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	var req sandbox.CreateRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, c.account, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -138,7 +138,7 @@ func (s *Server) waitFor(w http.ResponseWriter, r *http.Request, c *call, waitFo
 // too long to be read is a bad value of its field (INVALID_TIMEOUT).
 func (s *Server) update(w http.ResponseWriter, r *http.Request, c *call) {
 	var req sandbox.UpdateRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, c.account, &req); err != nil {
 		var e *sandbox.Error
 		if errors.As(err, &e) && e.Code != sandbox.CodePayloadTooLarge && e.Code != sandbox.CodeInvalidTimeout {
 			err = apiErr(sandbox.CodeInvalidRequest, "%s; send a JSON object with timeoutMs, idleTimeoutMs or both", e.Message)
@@ -178,7 +178,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	var req runCodeRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, c.account, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -209,7 +209,7 @@ func (s *Server) command(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	var req commandRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, c.account, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -224,7 +224,7 @@ type fileBody struct {
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) {
 	var req fileBody
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decode(w, r, c.account, &req); err != nil {
 		s.writeErr(w, err)
 		return
 	}

@@ -199,3 +199,38 @@ func TestLongNumbersDoNotHoldUpOthers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestLongNumbersDrainAtTheAccountsRate: what an account's refused bodies
+// leave is dropped at api.DrainRate, shared by all of its requests: four
+// 8 MiB numbers of one account sent at once are all answered only after
+// their bytes' time at that rate (less its burst and what was read before
+// the refusal), while another account's one, sent beside them, is
+// answered before they can be: its drain has a rate of its own.
+func TestLongNumbersDrainAtTheAccountsRate(t *testing.T) {
+	t.Parallel()
+	c := testModeBackend(t, testbackend.Config{})
+	c.Continue = true
+	body := hugeNumberBody("timeoutMs")
+	refused := func(tok string) {
+		if r := c.Do("PATCH", "/sandboxes/sbx-none", tok, body, nil); r.Status != http.StatusUnprocessableEntity || r.ErrCode() != "INVALID_TIMEOUT" {
+			t.Errorf("a number of %d digits: %v", len(body), r)
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { refused(tokA) })
+	}
+	refused(tokB)
+	other := time.Since(start)
+	wg.Wait()
+	all := time.Since(start)
+	least := time.Duration(float64(4*len(body)-2<<20) / api.DrainRate * float64(time.Second))
+	t.Logf("four of one account's 8 MiB numbers answered after %v (at least %v at the drain rate), another account's one after %v", all, least, other)
+	if all < least {
+		t.Errorf("four 8 MiB numbers of one account were all answered after %v, less than their bytes' time at the drain rate (%v): not drained at the account's rate", all, least)
+	}
+	if other >= least {
+		t.Errorf("another account's 8 MiB number was answered after %v, not before the first account's four could be (%v): its drain shared their rate", other, least)
+	}
+}
