@@ -176,6 +176,10 @@ type CPUWeigher interface {
 	// none runs. ErrCannotWeigh when their total cannot be weighed here
 	// (each container's weight still can).
 	SetTotalCPUWeight(ctx context.Context, weight int) error
+	// SetCPULimit sets a running container's CPU limit (in 1e-9 CPUs, the
+	// unit of Spec.NanoCPUs), at once: what it may use however idle the
+	// host is. The same errors as SetCPUWeight.
+	SetCPULimit(ctx context.Context, id string, nano int64) error
 }
 
 // The bounds of a CPU weight (cgroup v1's cpu.shares; v2's cpu.weight is

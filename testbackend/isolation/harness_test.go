@@ -31,7 +31,12 @@ var (
 	// The CPU share test's two accounts, used by no other test.
 	tokHeavy = "rc_pat_iso_heavy_" + randomHex(12)
 	tokLight = "rc_pat_iso_light_" + randomHex(12)
-	canary   = "rc-iso-canary-" + randomHex(12)
+	// The CPU cap test's two accounts and the CPU limit test's, used by
+	// no other test.
+	tokCapped    = "rc_pat_iso_capped_" + randomHex(12)
+	tokNeighbour = "rc_pat_iso_neighbour_" + randomHex(12)
+	tokLimit     = "rc_pat_iso_limit_" + randomHex(12)
+	canary       = "rc-iso-canary-" + randomHex(12)
 )
 
 // canaryEnv is set in the test process (and so in the backend running in
@@ -57,6 +62,9 @@ func testTokens() []testbackend.Token {
 		{Token: tokB, Account: "acct-b", Scopes: rw},
 		{Token: tokHeavy, Account: "acct-cpu-heavy", Scopes: rw},
 		{Token: tokLight, Account: "acct-cpu-light", Scopes: rw},
+		{Token: tokCapped, Account: "acct-cpu-capped", Scopes: rw},
+		{Token: tokNeighbour, Account: "acct-cpu-neighbour", Scopes: rw},
+		{Token: tokLimit, Account: "acct-cpu-limit", Scopes: rw},
 	}
 }
 

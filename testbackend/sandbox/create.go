@@ -79,7 +79,7 @@ func (m *Manager) startAsyncLocked(sb *store.Sandbox) {
 	queued, cancel := context.WithCancel(m.ctx)
 	m.starting[sb.ID] = cancel
 	spec := m.specFor(sb)
-	spec.CPUWeight = m.startWeightLocked(sb)
+	spec.CPUWeight, spec.NanoCPUs = m.startCPULocked(sb, spec.NanoCPUs)
 	id, account := sb.ID, sb.Account
 	m.wg.Add(1)
 	go func() {

@@ -27,6 +27,20 @@ func (u ungated) Remove(ctx context.Context, ref string) error {
 	return u.fakeRuntime.Remove(ctx, ref)
 }
 
+// runningOf creates a sandbox of template for account and waits until it
+// runs.
+func runningOf(ctx context.Context, t *testing.T, m *Manager, account, template string) string {
+	t.Helper()
+	res, err := m.Create(ctx, account, "", CreateRequest{Template: template})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
+		t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
+	}
+	return res.Sandbox.ID
+}
+
 func runningSandbox(t *testing.T, m *Manager) View {
 	t.Helper()
 	res, err := m.Create(context.Background(), "acct", "", CreateRequest{})

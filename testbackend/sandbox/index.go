@@ -158,9 +158,13 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 func (m *Manager) countLiveAccountLocked(before, after int) {
 	switch {
 	case before == 0 && after > 0:
-		m.liveAccounts.Add(1)
+		if m.liveAccounts.Add(1) == 2 {
+			m.weighAllLocked() // no longer alone: every account's CPU cap
+		}
 	case before > 0 && after == 0:
-		m.liveAccounts.Add(-1)
+		if m.liveAccounts.Add(-1) == 1 {
+			m.weighAllLocked() // the one left has the host to itself
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,10 @@ type Config struct {
 	HostMemoryReserve int64
 	MemoryOvercommit  float64
 	HostShare         float64
+	// HostCPUs is the machine's CPUs (default runtime.NumCPU()): while
+	// other accounts have live sandboxes, one account's running sandboxes
+	// together use at most HostShare of them (weights.go).
+	HostCPUs int
 	// Addresses is how many addresses the sandboxes of this backend may
 	// hold on the sandbox network (the runtime's pool); 0: no bound.
 	// NetworkLeases, when set, reads how many of them every backend on
@@ -223,6 +228,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.HostShare <= 0 || cfg.HostShare > 1 {
 		cfg.HostShare = DefaultHostShare
+	}
+	if cfg.HostCPUs <= 0 {
+		cfg.HostCPUs = runtime.NumCPU()
 	}
 	if cfg.DiskReserve == 0 {
 		cfg.DiskReserve = DefaultDiskReserve

@@ -74,20 +74,9 @@ func TestTransfersTakeTurnsWhenContended(t *testing.T) {
 	defer cancel()
 	create := func(account string) string {
 		t.Helper()
-		res, err := m.Create(ctx, account, "", CreateRequest{Template: "base"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
-			t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
-		}
-		return res.Sandbox.ID
+		return runningOf(ctx, t, m, account, "base")
 	}
-	cid := func(id string) string {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.boxes[id].ContainerID
-	}
+	cid := func(id string) string { return containerOf(t, m, id) }
 	transfer := func(ctx context.Context, account, id string, write bool) <-chan error {
 		done := make(chan error, 1)
 		wg.Go(func() {

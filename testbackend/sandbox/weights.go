@@ -23,12 +23,25 @@ import (
 // many host processes as there are accounts with running sandboxes, so
 // each account weighs as one host process (applyTotalWeight).
 //
+// A weight is a share of what is contended, not a bound: an account whose
+// sandboxes are busy takes every CPU the others leave idle, so another
+// account's command, which needs a CPU for a few milliseconds now and
+// then, finds both taken by the busy account's sandboxes and waits its
+// turn at every step. So while more than one account has live sandboxes,
+// each account's running sandboxes together are also limited to its share
+// of the host's CPUs, Config.HostShare of Config.HostCPUs (the share that
+// bounds its memory, hostcap.go), split by their vCPUs as the weight is,
+// each within its own vCPUs; an account alone on the host has every
+// sandbox's full vCPUs again.
+//
 // With a runtime that weighs containers (container.CPUWeigher), a start
-// begins at the weight its account's live sandboxes leave it
+// begins at the weight and limit its account's live sandboxes leave it
 // (startAsyncLocked),
 // and one goroutine brings every running sandbox of an account to its
-// weight whenever a sandbox of the account starts or ends: the index
-// (index.go) marks the account, and the weighing happens off m.mu.
+// weight and limit whenever a sandbox of the account starts or ends, and
+// every account's when the host goes from one account to more or back:
+// the index (index.go) marks the accounts, and the weighing happens off
+// m.mu.
 
 // AccountCPUWeight is what all of one account's sandboxes weigh together:
 // the kernel's default for one container.
@@ -46,16 +59,43 @@ func cpuWeight(milli, total int64) int {
 	return max(container.MinCPUWeight, int(AccountCPUWeight*milli/total))
 }
 
-// weights keeps the running sandboxes' CPU weights.
+// accountCPULimit is the CPU limit (1e-9 CPUs) of a sandbox of milli thousandths
+// of a vCPU in an account whose live sandboxes have total, when the
+// account may use most thousandths of the host's CPUs (0: its sandboxes'
+// own limits).
+func accountCPULimit(milli, total, most int64) int64 {
+	if most > 0 && total > most {
+		milli = milli * most / total
+	}
+	return max(milli, 1) * 1e6
+}
+
+// accountCPUCapLocked is the thousandths of the host's CPUs one account's
+// sandboxes may use together now: its share while other accounts have
+// live sandboxes, 0 (no cap but each sandbox's own) while it is alone.
+func (m *Manager) accountCPUCapLocked() int64 {
+	if m.liveAccounts.Load() <= 1 {
+		return 0
+	}
+	return max(1, int64(m.cfg.HostShare*float64(m.cfg.HostCPUs)*1000))
+}
+
+// cpuShare is what a running container was given: its weight and limit.
+type cpuShare struct {
+	weight int
+	nano   int64
+}
+
+// weights keeps the running sandboxes' CPU weights and limits.
 type weights struct {
 	rt   container.CPUWeigher
 	kick chan struct{} // one pending wake-up of the weighing goroutine
 	// dirty holds the accounts whose weights may have changed; under m.mu.
 	dirty map[string]bool
-	// set is each account's containers and the weight each was given,
-	// and off says the runtime cannot weigh here (container.ErrCannotWeigh,
-	// said once): the weighing goroutine's own.
-	set map[string]map[string]int
+	// set is each account's containers and what each was given, and off
+	// says the runtime cannot weigh here (container.ErrCannotWeigh, said
+	// once): the weighing goroutine's own.
+	set map[string]map[string]cpuShare
 	off bool
 	// total is the weight all containers were given together, 0 before
 	// the first; totalOff says the runtime cannot weigh them together
@@ -69,7 +109,7 @@ func newWeights(rt container.Runtime) *weights {
 	if !ok {
 		return nil
 	}
-	return &weights{rt: w, kick: make(chan struct{}, 1), dirty: map[string]bool{}, set: map[string]map[string]int{}}
+	return &weights{rt: w, kick: make(chan struct{}, 1), dirty: map[string]bool{}, set: map[string]map[string]cpuShare{}}
 }
 
 // weighLocked marks the account's weights for the weighing goroutine.
@@ -84,18 +124,27 @@ func (m *Manager) weighLocked(account string) {
 	}
 }
 
-// startWeightLocked is the weight a start of sb begins with: its part of its
-// account's live sandboxes, sb among them.
-func (m *Manager) startWeightLocked(sb *store.Sandbox) int {
+// weighAllLocked marks every account's weights: the host went from one
+// account with live sandboxes to more, or back, which moves their limits.
+func (m *Manager) weighAllLocked() {
+	for account := range m.accounts {
+		m.weighLocked(account)
+	}
+}
+
+// startCPULocked is the weight and limit a start of sb begins with: its
+// part of its account's live sandboxes, sb among them; 0 and the
+// template's own limit where the runtime does not weigh.
+func (m *Manager) startCPULocked(sb *store.Sandbox, nano int64) (int, int64) {
 	if m.weights == nil {
-		return 0
+		return 0, nano
 	}
 	milli := milliVCPU(m.sandboxVCPU(sb))
 	total := milli
 	if a := m.accounts[sb.Account]; a != nil && a.boxes[sb.ID].sb == sb {
 		total = a.liveMilli
 	}
-	return cpuWeight(milli, total)
+	return cpuWeight(milli, total), min(nano, accountCPULimit(milli, total, m.accountCPUCapLocked()))
 }
 
 // weighLoop is the weighing goroutine, started by Start.
@@ -107,9 +156,9 @@ func (m *Manager) weighLoop() {
 		case <-m.weights.kick:
 		}
 		m.mu.Lock()
-		want := make(map[string]map[string]int, len(m.weights.dirty))
+		want := make(map[string]map[string]cpuShare, len(m.weights.dirty))
 		for account := range m.weights.dirty {
-			want[account] = m.accountWeightsLocked(account)
+			want[account] = m.accountSharesLocked(account)
 		}
 		clear(m.weights.dirty)
 		m.mu.Unlock()
@@ -151,44 +200,51 @@ func (m *Manager) applyTotalWeight() {
 	}
 }
 
-// accountWeightsLocked is the weight each running sandbox of the account
-// should have, by container.
-func (m *Manager) accountWeightsLocked(account string) map[string]int {
+// accountSharesLocked is the weight and limit each running sandbox of
+// the account should have, by container.
+func (m *Manager) accountSharesLocked(account string) map[string]cpuShare {
 	a := m.accounts[account]
 	if a == nil {
 		return nil
 	}
-	ws := map[string]int{}
+	most := m.accountCPUCapLocked()
+	ws := map[string]cpuShare{}
 	for id, sb := range a.liveBoxes {
 		if sb.Status == StatusRunning && sb.ContainerID != "" {
-			ws[sb.ContainerID] = cpuWeight(a.boxes[id].liveMilli, a.liveMilli)
+			milli := a.boxes[id].liveMilli
+			ws[sb.ContainerID] = cpuShare{weight: cpuWeight(milli, a.liveMilli), nano: accountCPULimit(milli, a.liveMilli, most)}
 		}
 	}
 	return ws
 }
 
-// applyWeights gives the account's containers their weights, changing
-// only those whose weight changed.
-func (m *Manager) applyWeights(account string, ws map[string]int) {
+// applyWeights gives the account's containers their weights and limits,
+// changing only what changed.
+func (m *Manager) applyWeights(account string, ws map[string]cpuShare) {
 	had := m.weights.set[account]
 	for cid, w := range ws {
-		if had[cid] == w {
-			continue
+		var err error
+		if had[cid].weight != w.weight {
+			ctx, cancel := context.WithTimeout(m.ctx, weightTimeout)
+			err = m.weights.rt.SetCPUWeight(ctx, cid, w.weight)
+			cancel()
 		}
-		ctx, cancel := context.WithTimeout(m.ctx, weightTimeout)
-		err := m.weights.rt.SetCPUWeight(ctx, cid, w)
-		cancel()
+		if err == nil && had[cid].nano != w.nano {
+			ctx, cancel := context.WithTimeout(m.ctx, weightTimeout)
+			err = m.weights.rt.SetCPULimit(ctx, cid, w.nano)
+			cancel()
+		}
 		switch {
 		case err == nil, errors.Is(err, container.ErrNotFound), errors.Is(err, container.ErrNotRunning):
 			// Gone meanwhile: its end marks the account again.
 		case m.ctx.Err() != nil:
 			return
 		case errors.Is(err, container.ErrCannotWeigh):
-			m.log.Warn("sandboxes' CPU is not weighed by account: every busy sandbox gets an equal share of a contended host", "err", err)
+			m.log.Warn("sandboxes' CPU is not weighed by account: every busy sandbox gets an equal share of a contended host, up to its own vCPUs", "err", err)
 			m.weights.off = true
 			return
 		default:
-			m.log.Warn("CPU weight not set; the container keeps its weight until its account's sandboxes change", "account", account, "container", cid, "weight", w, "err", err)
+			m.log.Warn("CPU weight or limit not set; the container keeps them until its account's sandboxes change", "account", account, "container", cid, "weight", w.weight, "limit", w.nano, "err", err)
 			delete(ws, cid) // tried again at the next change
 		}
 	}

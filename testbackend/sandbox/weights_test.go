@@ -21,6 +21,14 @@ type weighingRuntime struct {
 	cannot bool           // every SetCPUWeight answers ErrCannotWeigh
 	calls  int
 	total  int // what all containers weigh together, 0 until set
+	// limit is each container's CPU limit (1e-9 CPUs), its Spec's first;
+	// startLimit by container name, the one its start asked for.
+	limit      map[string]int64
+	startLimit map[string]int64
+}
+
+func newWeighingRuntime() *weighingRuntime {
+	return &weighingRuntime{fakeRuntime: newFakeRuntime(), weight: map[string]int{}, start: map[string]int{}, limit: map[string]int64{}, startLimit: map[string]int64{}}
 }
 
 var _ container.CPUWeigher = (*weighingRuntime)(nil)
@@ -30,10 +38,25 @@ func (w *weighingRuntime) Start(ctx context.Context, spec container.Spec) (strin
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.start[spec.Name] = spec.CPUWeight
+	w.startLimit[spec.Name] = spec.NanoCPUs
 	if err == nil {
 		w.weight[id] = cmp.Or(spec.CPUWeight, container.DefaultCPUWeight)
+		w.limit[id] = spec.NanoCPUs
 	}
 	return id, err
+}
+
+func (w *weighingRuntime) SetCPULimit(_ context.Context, id string, nano int64) error {
+	if !w.has(id) {
+		return container.ErrNotFound
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.cannot {
+		return container.ErrCannotWeigh
+	}
+	w.limit[id] = nano
+	return nil
 }
 
 func (w *weighingRuntime) SetCPUWeight(_ context.Context, id string, weight int) error {
@@ -72,44 +95,19 @@ func (w *weighingRuntime) wantTotal(t *testing.T, when string, want int) {
 // gets no more of a contended host than one with a single sandbox; a
 // start begins at its part, and the weights follow each start and end.
 func TestAccountsWeighTheSame(t *testing.T) {
-	rt := &weighingRuntime{fakeRuntime: newFakeRuntime(), weight: map[string]int{}, start: map[string]int{}}
+	rt := newWeighingRuntime()
 	m := newManager(t, rt, ModeReal, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	create := func(account, template string) string {
 		t.Helper()
-		res, err := m.Create(ctx, account, "", CreateRequest{Template: template})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
-			t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
-		}
-		return res.Sandbox.ID
+		return runningOf(ctx, t, m, account, template)
 	}
 	a1, a2, a3 := create("a", "base"), create("a", "base"), create("a", "python")
 	b1 := create("b", "base")
-	cid := func(id string) string {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.boxes[id].ContainerID
-	}
 	want := func(when string, w map[string]int) {
 		t.Helper()
-		byCID := map[string]int{}
-		for id, v := range w {
-			byCID[cid(id)] = v
-		}
-		var got map[string]int
-		waitUntil(t, when, func() bool {
-			rt.wmu.Lock()
-			defer rt.wmu.Unlock()
-			got = map[string]int{}
-			for c := range byCID {
-				got[c] = rt.weight[c]
-			}
-			return maps.Equal(got, byCID)
-		})
+		waitByContainer(t, m, when, w, &rt.wmu, rt.weight)
 	}
 	// a: 1 + 1 + 2 vCPUs share 1024; b's one sandbox has 1024 alone.
 	want("two accounts", map[string]int{a1: 256, a2: 256, a3: 512, b1: 1024})
@@ -141,7 +139,8 @@ func TestAccountsWeighTheSame(t *testing.T) {
 // TestCannotWeighStopsWeighing: a runtime that cannot weigh here is asked
 // once, not at every start and end after it.
 func TestCannotWeighStopsWeighing(t *testing.T) {
-	rt := &weighingRuntime{fakeRuntime: newFakeRuntime(), weight: map[string]int{}, start: map[string]int{}, cannot: true}
+	rt := newWeighingRuntime()
+	rt.cannot = true
 	m := newManager(t, rt, ModeReal, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -180,4 +179,62 @@ func TestCannotWeighStopsWeighing(t *testing.T) {
 	if n := calls(); n != 1 {
 		t.Fatalf("SetCPUWeight called %d times, want once", n)
 	}
+}
+
+// TestAccountsCPUCappedWhileOthersLive: an account alone on the host has
+// its sandboxes' full vCPUs; once another account has a live sandbox, its
+// running sandboxes together are limited to its share of the host's CPUs
+// (HostShare of HostCPUs), split by their vCPUs, a start beginning at its
+// part; when the other account's sandboxes are gone, the full vCPUs come
+// back. An account within its share keeps its own limits.
+func TestAccountsCPUCappedWhileOthersLive(t *testing.T) {
+	rt := newWeighingRuntime()
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, HostCPUs: 4, HostShare: 0.5}, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	create := func(account, template string) string {
+		t.Helper()
+		return runningOf(ctx, t, m, account, template)
+	}
+	want := func(when string, limits map[string]int64) {
+		t.Helper()
+		waitByContainer(t, m, when, limits, &rt.wmu, rt.limit)
+	}
+	// base: 1 vCPU, python: 2; the share: 2 of the 4 CPUs.
+	a1, a2, a3 := create("a", "base"), create("a", "base"), create("a", "python")
+	want("a alone", map[string]int64{a1: 1e9, a2: 1e9, a3: 2e9})
+	b1 := create("b", "base")
+	// a's 4 vCPUs share 2 CPUs; b's one is within its share.
+	want("a beside b", map[string]int64{a1: 5e8, a2: 5e8, a3: 1e9, b1: 1e9})
+	a4 := create("a", "python")
+	want("a's fourth", map[string]int64{a1: 333000000, a2: 333000000, a3: 666000000, a4: 666000000, b1: 1e9})
+	rt.wmu.Lock()
+	started := rt.startLimit[ContainerName(a4)]
+	rt.wmu.Unlock()
+	if started != 666000000 {
+		t.Errorf("a's fourth started at %d, want its part of the share, 666000000", started)
+	}
+	if err := m.Delete(ctx, "b", b1); err != nil {
+		t.Fatal(err)
+	}
+	want("a alone again", map[string]int64{a1: 1e9, a2: 1e9, a3: 2e9, a4: 2e9})
+}
+
+// waitByContainer waits until have, read under mu and keyed by container
+// id, holds the value want gives each sandbox's container.
+func waitByContainer[V comparable](t *testing.T, m *Manager, when string, want map[string]V, mu sync.Locker, have map[string]V) {
+	t.Helper()
+	byCID := map[string]V{}
+	for id, v := range want {
+		byCID[containerOf(t, m, id)] = v
+	}
+	waitUntil(t, when, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		got := map[string]V{}
+		for c := range byCID {
+			got[c] = have[c]
+		}
+		return maps.Equal(got, byCID)
+	})
 }

@@ -2,6 +2,9 @@ package docker
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -61,8 +64,47 @@ func cpuLimit(nano int64, cpus int) int64 {
 // results/README.md#hostile-neighbour; TestCPULimit).
 const cpuPeriod = 10 * time.Millisecond
 
-// cpuQuota is the CFS period and quota (µs) for nano (1e-9 CPUs).
+// The kernel's bounds of a CFS quota and period (µs).
+const (
+	minQuota  = 1000
+	maxPeriod = 1000000
+)
+
+// cpuQuota is the CFS period and quota (µs) for nano (1e-9 CPUs). A limit
+// under a tenth of a CPU (an account's share of the host split over many
+// sandboxes, weights.go in package sandbox) would be under the kernel's
+// least quota in a 10 ms period: its period grows instead, up to the
+// kernel's most, 1 s, so that the quota is its limit's part of it.
 func cpuQuota(nano int64) (period, quota int64) {
 	period = cpuPeriod.Microseconds()
-	return period, max(nano*period/1e9, 1000) // the kernel's least quota is 1 ms
+	if nano > 0 && nano*period/1e9 < minQuota {
+		period = min(maxPeriod, (minQuota*1e9+nano-1)/nano)
+	}
+	return period, max(nano*period/1e9, minQuota)
+}
+
+// SetCPULimit sets a running container's CPU limit
+// (container.CPUWeigher), written to its cgroup's files beside its
+// weight's, as SetCPUWeight does and for the same reason.
+func (d *Runtime) SetCPULimit(ctx context.Context, id string, nano int64) error {
+	if nano <= 0 {
+		return fmt.Errorf("runtime: CPU limit %d is not positive", nano)
+	}
+	nano = cpuLimit(nano, d.EngineCPUs(ctx))
+	return d.writeCPUCgroup(ctx, id, "CPU limit", func(file cpuWeightFile) error {
+		return writeLimit(filepath.Dir(file.path), file.v2, nano)
+	})
+}
+
+// writeLimit writes the quota for nano into the cgroup directory dir:
+// cgroup v2's cpu.max, or v1's period and then its quota.
+func writeLimit(dir string, v2 bool, nano int64) error {
+	period, quota := cpuQuota(nano)
+	if v2 {
+		return writeFile(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", quota, period))
+	}
+	if err := writeFile(filepath.Join(dir, "cpu.cfs_period_us"), strconv.FormatInt(period, 10)); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10))
 }

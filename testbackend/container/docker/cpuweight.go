@@ -32,17 +32,23 @@ func (d *Runtime) SetCPUWeight(ctx context.Context, id string, weight int) error
 	if weight < container.MinCPUWeight || weight > container.MaxCPUWeight {
 		return fmt.Errorf("runtime: CPU weight %d is outside %d to %d", weight, container.MinCPUWeight, container.MaxCPUWeight)
 	}
+	return d.writeCPUCgroup(ctx, id, "CPU weight", func(file cpuWeightFile) error { return writeWeight(file, weight) })
+}
+
+// writeCPUCgroup runs write on the container's CPU cgroup, found once
+// (cpuWeightFile); a cgroup gone with its container is ErrNotFound.
+func (d *Runtime) writeCPUCgroup(ctx context.Context, id, what string, write func(cpuWeightFile) error) error {
 	file, err := d.cpuWeightFile(ctx, id)
 	if err != nil {
 		return err
 	}
-	err = writeWeight(file, weight)
+	err = write(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		d.forgetCPUWeight(id) // the container went: its cgroup with it
 		return fmt.Errorf("%w: %s", container.ErrNotFound, id)
 	}
 	if err != nil {
-		return fmt.Errorf("runtime: set the CPU weight of container %s: %w", id, err)
+		return fmt.Errorf("runtime: set the %s of container %s: %w", what, id, err)
 	}
 	return nil
 }
@@ -53,11 +59,16 @@ func writeWeight(file cpuWeightFile, weight int) error {
 	if file.v2 {
 		value = weightV2(weight)
 	}
-	f, err := os.OpenFile(file.path, os.O_WRONLY, 0)
+	return writeFile(file.path, strconv.Itoa(value))
+}
+
+// writeFile writes value to an existing cgroup file.
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(strconv.Itoa(value))
+	_, err = f.WriteString(value)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -18,18 +18,52 @@ import (
 // cpuweight.go finds it.
 func kernelCPUWeight(t *testing.T, d *Runtime, id string) string {
 	t.Helper()
-	for _, p := range []string{
-		filepath.Join("/sys/fs/cgroup/cpu", cgroupParentName(d.instance), id, "cpu.shares"),
-		filepath.Join("/sys/fs/cgroup/cpu/docker", id, "cpu.shares"),
-		filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+id+".scope", "cpu.weight"),
-		filepath.Join("/sys/fs/cgroup/docker", id, "cpu.weight"),
+	dir, v2 := kernelCgroup(t, d, id)
+	if v2 {
+		return readCgroupFile(t, dir, "cpu.weight")
+	}
+	return readCgroupFile(t, dir, "cpu.shares")
+}
+
+// kernelCPULimit is the container's CFS quota and period, "quota period"
+// as cgroup v2's cpu.max says them.
+func kernelCPULimit(t *testing.T, d *Runtime, id string) string {
+	t.Helper()
+	dir, v2 := kernelCgroup(t, d, id)
+	if v2 {
+		return readCgroupFile(t, dir, "cpu.max")
+	}
+	return readCgroupFile(t, dir, "cpu.cfs_quota_us") + " " + readCgroupFile(t, dir, "cpu.cfs_period_us")
+}
+
+// kernelCgroup is the directory of the container's CPU cgroup, and
+// whether it is cgroup v2's.
+func kernelCgroup(t *testing.T, d *Runtime, id string) (dir string, v2 bool) {
+	t.Helper()
+	for _, c := range []struct {
+		dir string
+		v2  bool
+	}{
+		{filepath.Join("/sys/fs/cgroup/cpu", cgroupParentName(d.instance), id), false},
+		{filepath.Join("/sys/fs/cgroup/cpu/docker", id), false},
+		{filepath.Join("/sys/fs/cgroup/system.slice", "docker-"+id+".scope"), true},
+		{filepath.Join("/sys/fs/cgroup/docker", id), true},
 	} {
-		if b, err := os.ReadFile(p); err == nil {
-			return strings.TrimSpace(string(b))
+		if _, err := os.Stat(c.dir); err == nil {
+			return c.dir, c.v2
 		}
 	}
-	t.Fatalf("no CPU weight file for container %s", id)
-	return ""
+	t.Fatalf("no CPU cgroup for container %s", id)
+	return "", false
+}
+
+func readCgroupFile(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // TestCPUWeightReachesTheKernel: the weight a start asks for and each one
@@ -70,6 +104,45 @@ func TestCPUWeightReachesTheKernel(t *testing.T) {
 	}
 	if err := d.SetCPUWeight(ctx, id, 100); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("a removed container's weight: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCPULimitReachesTheKernel: the limit a start asks for and each one
+// set later are the kernel's quota for the container's cgroup, a limit
+// under a tenth of a CPU in a longer period; a limit that is not positive
+// is refused, and a removed container is ErrNotFound.
+func TestCPULimitReachesTheKernel(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, Options{})
+	spec := testSpec(t)
+	spec.NanoCPUs = 5e8
+	id := start(t, d, spec)
+	if got := kernelCPULimit(t, d, id); got != "5000 10000" {
+		t.Fatalf("started with half a CPU: the kernel has %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		nano int64
+		want string
+	}{{25e7, "2500 10000"}, {5e7, "1000 20000"}, {1e9, "10000 10000"}} {
+		if err := d.SetCPULimit(ctx, id, c.nano); err != nil {
+			t.Fatal(err)
+		}
+		if got := kernelCPULimit(t, d, id); got != c.want {
+			t.Fatalf("limit %d set: the kernel has %q, want %q", c.nano, got, c.want)
+		}
+	}
+	for _, nano := range []int64{0, -1} {
+		if err := d.SetCPULimit(ctx, id, nano); err == nil {
+			t.Errorf("limit %d accepted", nano)
+		}
+	}
+	if err := d.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetCPULimit(ctx, id, 1e9); !errors.Is(err, container.ErrNotFound) {
+		t.Fatalf("a removed container's limit: %v, want ErrNotFound", err)
 	}
 }
 

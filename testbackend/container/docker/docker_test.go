@@ -800,12 +800,16 @@ func TestCPULimitWithinTheEngine(t *testing.T) {
 	}
 }
 
-// TestCPUQuota: the quota is the limit's share of a 10 ms period, never
-// under the kernel's least quota.
+// TestCPUQuota: the quota is the limit's share of a 10 ms period; a limit
+// under a tenth of a CPU gets a longer period instead of a quota under
+// the kernel's least (1 ms), up to the kernel's longest (1 s).
 func TestCPUQuota(t *testing.T) {
-	for _, c := range []struct{ nano, quota int64 }{{1e9, 10000}, {2e9, 20000}, {5e8, 5000}, {1e7, 1000}} {
-		if p, q := cpuQuota(c.nano); p != 10000 || q != c.quota {
-			t.Errorf("cpuQuota(%d) = %d, %d; want 10000, %d", c.nano, p, q, c.quota)
+	for _, c := range []struct{ nano, period, quota int64 }{
+		{1e9, 10000, 10000}, {2e9, 10000, 20000}, {5e8, 10000, 5000}, {1e8, 10000, 1000},
+		{5e7, 20000, 1000}, {3e7, 33334, 1000}, {1e6, 1000000, 1000}, {1e5, 1000000, 1000},
+	} {
+		if p, q := cpuQuota(c.nano); p != c.period || q != c.quota {
+			t.Errorf("cpuQuota(%d) = %d, %d; want %d, %d", c.nano, p, q, c.period, c.quota)
 		}
 	}
 }
