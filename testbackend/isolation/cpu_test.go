@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,7 +111,7 @@ func TestCPULimit(t *testing.T) {
 	if cpus == 0 {
 		t.Fatal("the engine does not say how many CPUs it has")
 	}
-	share := sandbox.DefaultHostShare * float64(runtime.NumCPU())
+	share := accountShareCPUs()
 	total := vcpu["base"] + vcpu["python"]
 	for i, name := range []string{"base", "python"} {
 		quota, _ := cpuCgroup(t, cids[boxes[i].ID])
@@ -142,7 +141,7 @@ print("burnt")
 `
 	n0, s0 := throttling(t, cids[boxes[0].ID])
 	before, t0 := usage(), time.Now()
-	res := apitest.DecodeData[apitest.ExecResult](t, c.Do("POST", "/sandboxes/"+boxes[0].ID+"/run_code", tokLimit, map[string]any{"language": "python", "code": burn, "timeoutMs": 60000}, nil))
+	res := c.pythonAs(tokLimit, boxes[0].ID, burn, 60000)
 	used, wall := usage()-before, time.Since(t0)
 	n1, s1 := throttling(t, cids[boxes[0].ID])
 	if strings.TrimSpace(res.Stdout) != "burnt" {

@@ -11,6 +11,13 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
+// accountShareCPUs is the CPUs one account's sandboxes may use together
+// in the shared backend while other accounts have live sandboxes: its
+// default host share of the host's CPUs.
+func accountShareCPUs() float64 {
+	return sandbox.DefaultHostShare * float64(runtime.NumCPU())
+}
+
 // TestAccountCPUCappedBesideAnother: while other accounts have live
 // sandboxes (here: tests running beside this one, and at least the one
 // this test makes for another account), an account whose sandboxes are
@@ -22,7 +29,7 @@ import (
 // sandboxes would use every CPU of a 2-core host.
 func TestAccountCPUCappedBesideAnother(t *testing.T) {
 	t.Parallel()
-	shareCPUs := sandbox.DefaultHostShare * float64(runtime.NumCPU())
+	shareCPUs := accountShareCPUs()
 	if shareCPUs >= 3 {
 		t.Skipf("an account's share of this host is %.1f CPUs: three 1-vCPU sandboxes are within it", shareCPUs)
 	}

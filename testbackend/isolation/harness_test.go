@@ -190,7 +190,13 @@ func (c *apiClient) command(id, cmd string, timeoutMs int) apitest.ExecResult {
 // python runs code with run_code in one of account a's sandboxes.
 func (c *apiClient) python(id, code string, timeoutMs int) apitest.ExecResult {
 	c.T.Helper()
-	r := c.Do("POST", "/sandboxes/"+id+"/run_code", tokA, map[string]any{"language": "python", "code": code, "timeoutMs": timeoutMs}, nil)
+	return c.pythonAs(tokA, id, code, timeoutMs)
+}
+
+// pythonAs is python in a sandbox of tok's account.
+func (c *apiClient) pythonAs(tok, id, code string, timeoutMs int) apitest.ExecResult {
+	c.T.Helper()
+	r := c.Do("POST", "/sandboxes/"+id+"/run_code", tok, map[string]any{"language": "python", "code": code, "timeoutMs": timeoutMs}, nil)
 	return apitest.DecodeData[apitest.ExecResult](c.T, r)
 }
 
