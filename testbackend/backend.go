@@ -130,6 +130,10 @@ type Config struct {
 	// once while other accounts have live sandboxes (0:
 	// sandbox.DefaultTransferShare).
 	TransferShare int
+	// TransferRate is how many bytes a second one account's file reads
+	// and writes move while other accounts have live sandboxes (default
+	// sandbox.DefaultTransferRate).
+	TransferRate int
 	// Egress control (package egress, startup.go): EgressControl is "auto" (default: on when
 	// the machine supports it), "on" (start fails when it cannot) or "off";
 	// EgressDNSUpstream overrides where the egress DNS forwarder sends
@@ -351,6 +355,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		StartSlots:        cfg.StartSlots,
 		StartShare:        cfg.StartShare,
 		TransferShare:     cfg.TransferShare,
+		TransferRate:      cfg.TransferRate,
 		Egress:            b.egressEnforcer(),
 	})
 	if err != nil {

@@ -3,9 +3,9 @@ package api
 import (
 	"context"
 	"io"
-	"sync"
 
-	"golang.org/x/time/rate"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/accountrate"
 )
 
 // The rest of a body refused for an over-long number is read and dropped,
@@ -23,43 +23,17 @@ import (
 const (
 	DrainRate  = 16 << 20
 	drainBurst = 1 << 20
-	drainChunk = 64 << 10
 )
 
 // drains holds each account's drain rate.
-type drains struct {
-	mu  sync.Mutex
-	by  map[string]*rate.Limiter
-	bps rate.Limit
-}
+type drains struct{ by *accountrate.Limiters }
 
 func newDrains(bytesPerSecond int) *drains {
-	return &drains{by: map[string]*rate.Limiter{}, bps: rate.Limit(bytesPerSecond)}
-}
-
-func (d *drains) limiter(account string) *rate.Limiter {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l := d.by[account]
-	if l == nil {
-		l = rate.NewLimiter(d.bps, drainBurst)
-		d.by[account] = l
-	}
-	return l
+	return &drains{by: accountrate.New(bytesPerSecond, drainBurst)}
 }
 
 // drain reads r to its end at account's rate; it stops early when ctx
 // ends or r fails (the body read timeout bounds a trickle).
 func (d *drains) drain(ctx context.Context, account string, r io.Reader) {
-	lim := d.limiter(account)
-	buf := make([]byte, drainChunk)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 && lim.WaitN(ctx, n) != nil {
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
+	_, _ = io.Copy(io.Discard, container.PacedReader(ctx, r, d.by.For(account)))
 }

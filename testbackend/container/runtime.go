@@ -74,6 +74,7 @@ type ExecRequest struct {
 	Env       map[string]string // added to the container's environment for this process
 	Timeout   time.Duration     // killed after this; 0 means no limit
 	MaxOutput int               // per stream; output beyond it is drained and dropped
+	Pace      Pacer             // optional: stdin and output move at its pace (pace.go)
 }
 
 // ExecResult is what came back. ExitCode is nil when the process was killed
@@ -143,11 +144,13 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
 	// WriteFile writes content to an absolute path as the sandbox user,
 	// creating parents; the file is replaced whole or not at all. A refusal
-	// is one of the file errors (files.go).
-	WriteFile(ctx context.Context, id, path, content string) error
-	// ReadFile reads a file as the sandbox user; past limit bytes it is
-	// ErrFileTooLarge. A refusal is one of the file errors (files.go).
-	ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error)
+	// is one of the file errors (files.go). The content moves at pace's
+	// pace (nil: at once).
+	WriteFile(ctx context.Context, id, path, content string, pace Pacer) error
+	// ReadFile reads a file as the sandbox user, at pace's pace; past
+	// limit bytes it is ErrFileTooLarge. A refusal is one of the file
+	// errors (files.go).
+	ReadFile(ctx context.Context, id, path string, limit int, pace Pacer) ([]byte, error)
 	// Logs returns the main process's stdout and stderr interleaved as they came, at most limit bytes (the tail).
 	Logs(ctx context.Context, id string, limit int) ([]byte, error)
 	// Remove stops and removes the container; ErrNotFound counts as done and returns nil.

@@ -224,7 +224,7 @@ func (m *Manager) WriteFile(ctx context.Context, account, id, path, content stri
 		return err
 	}
 	defer release()
-	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content); err != nil {
+	if err := m.rt.WriteFile(ctx, sb.ContainerID, path, content, m.transferPace(account)); err != nil {
 		return m.fileErr(id, path, true, err)
 	}
 	failpoint.Hit(failpoint.FileWritten)
@@ -246,7 +246,7 @@ func (m *Manager) ReadFile(ctx context.Context, account, id, path string) (strin
 		return "", err
 	}
 	defer release()
-	content, err := m.rt.ReadFile(ctx, sb.ContainerID, path, MaxReadFileBytes)
+	content, err := m.rt.ReadFile(ctx, sb.ContainerID, path, MaxReadFileBytes, m.transferPace(account))
 	if err != nil {
 		return "", m.fileErr(id, path, false, err)
 	}

@@ -83,11 +83,11 @@ func (h *holdRuntime) Exec(ctx context.Context, cid string, _ container.ExecRequ
 func (*holdRuntime) Prepare(context.Context, string) error { return nil }
 
 // Files are operations in a container, like Exec: held in the held one.
-func (h *holdRuntime) WriteFile(ctx context.Context, cid, _, _ string) error {
+func (h *holdRuntime) WriteFile(ctx context.Context, cid, _, _ string, _ container.Pacer) error {
 	_, err := h.Exec(ctx, cid, container.ExecRequest{})
 	return err
 }
-func (h *holdRuntime) ReadFile(ctx context.Context, cid, _ string, _ int) ([]byte, error) {
+func (h *holdRuntime) ReadFile(ctx context.Context, cid, _ string, _ int, _ container.Pacer) ([]byte, error) {
 	_, err := h.Exec(ctx, cid, container.ExecRequest{})
 	return nil, err
 }

@@ -144,11 +144,11 @@ func (f *fakeRuntime) Prepare(_ context.Context, id string) error {
 }
 
 // Files are operations in a container, like Exec: they fail once it is gone.
-func (f *fakeRuntime) WriteFile(ctx context.Context, id, _, _ string) error {
+func (f *fakeRuntime) WriteFile(ctx context.Context, id, _, _ string, _ container.Pacer) error {
 	_, err := f.Exec(ctx, id, container.ExecRequest{})
 	return err
 }
-func (f *fakeRuntime) ReadFile(ctx context.Context, id, _ string, _ int) ([]byte, error) {
+func (f *fakeRuntime) ReadFile(ctx context.Context, id, _ string, _ int, _ container.Pacer) ([]byte, error) {
 	_, err := f.Exec(ctx, id, container.ExecRequest{})
 	return nil, err
 }

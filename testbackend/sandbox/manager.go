@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/accountrate"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/store"
 )
 
@@ -118,6 +119,11 @@ type Config struct {
 	// DefaultTransferWait).
 	TransferShare int
 	TransferWait  time.Duration
+	// TransferRate is how many bytes a second one account's file reads
+	// and writes move together while other accounts have live sandboxes
+	// (default DefaultTransferRate, at least MinTransferRate;
+	// transfers.go).
+	TransferRate int
 	// Egress enforces egress policies; nil: egress control is off.
 	Egress EgressEnforcer
 	// MinIdleTimeout is the least idleTimeoutMs (smaller ones are raised
@@ -167,11 +173,12 @@ type Manager struct {
 	removing map[string]chan struct{}
 
 	engine    engineState
-	diskSpace *sampler   // the data directory's free space (diskcap.go)
-	leases    *sampler   // addresses leased on the sandbox network (hostcap.go); nil: not known
-	starts    *turnQueue // container starts, in turns across accounts
-	transfers *turnQueue // file reads and writes, in turns across accounts (transfers.go)
-	weights   *weights   // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
+	diskSpace *sampler              // the data directory's free space (diskcap.go)
+	leases    *sampler              // addresses leased on the sandbox network (hostcap.go); nil: not known
+	starts    *turnQueue            // container starts, in turns across accounts
+	transfers *turnQueue            // file reads and writes, in turns across accounts (transfers.go)
+	paces     *accountrate.Limiters // their bytes, each account's at TransferRate (transfers.go)
+	weights   *weights              // the running sandboxes' CPU weights (weights.go); nil: the runtime cannot weigh
 
 	// liveAccounts is how many accounts have live sandboxes (index.go):
 	// changed under mu, read by the start queue without it.
@@ -250,6 +257,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.TransferWait <= 0 {
 		cfg.TransferWait = DefaultTransferWait
 	}
+	if cfg.TransferRate <= 0 {
+		cfg.TransferRate = DefaultTransferRate
+	}
+	cfg.TransferRate = max(cfg.TransferRate, MinTransferRate)
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -289,6 +300,7 @@ func New(cfg Config) (*Manager, error) {
 	contended := func() bool { return m.liveAccounts.Load() > 1 }
 	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, contended)
 	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, contended)
+	m.paces = accountrate.New(cfg.TransferRate, transferBurst)
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)
 	}

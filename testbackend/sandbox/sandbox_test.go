@@ -48,10 +48,10 @@ func (g *gateRuntime) Exec(context.Context, string, container.ExecRequest) (cont
 	return container.ExecResult{}, errors.New("not used")
 }
 func (*gateRuntime) Prepare(context.Context, string) error { return nil }
-func (g *gateRuntime) WriteFile(context.Context, string, string, string) error {
+func (g *gateRuntime) WriteFile(context.Context, string, string, string, container.Pacer) error {
 	return errors.New("not used")
 }
-func (g *gateRuntime) ReadFile(context.Context, string, string, int) ([]byte, error) {
+func (g *gateRuntime) ReadFile(context.Context, string, string, int, container.Pacer) ([]byte, error) {
 	return nil, errors.New("not used")
 }
 func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error)   { return nil, nil }

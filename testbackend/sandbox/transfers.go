@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // File reads and writes take turns within each account. Every byte of a
@@ -15,9 +19,14 @@ import (
 // than one account has live sandboxes, one account runs at most
 // Config.TransferShare of them at once and the rest wait in its line, for
 // at most Config.TransferWait, then answer 429 with Retry-After; other
-// accounts' transfers do not wait for them. An account alone runs
-// as many at once as it sends. Commands are not in line: they may run
-// for minutes, and their output is at most MaxExecOutput a stream.
+// accounts' transfers do not wait for them. And their bytes move at most
+// Config.TransferRate a second for the account, read from the engine no
+// faster, so the agent, the engine and the backend copy them no faster
+// either: one transfer at a time back to back would otherwise keep a
+// core busy outside any quota. An account alone runs as many at once as
+// it sends, at full speed. Commands are not in line or paced: they may
+// run for minutes, their output is at most MaxExecOutput a stream, and a
+// paced answer would read as a timeout.
 
 // DefaultTransferShare is how many file reads and writes one account runs
 // at once while other accounts have live sandboxes.
@@ -26,6 +35,40 @@ const DefaultTransferShare = 1
 // DefaultTransferWait is how long a file read or write waits in its
 // account's line before the 429: a few 8 MB reads' time on a busy host.
 const DefaultTransferWait = 3 * time.Second
+
+// DefaultTransferRate is how many bytes a second one account's file
+// transfers move while other accounts have live sandboxes: an 8 MB read
+// in about two seconds.
+const DefaultTransferRate = 4 << 20
+
+// MinTransferRate is the least TransferRate: a paced answer holds the
+// other answers of its sandbox's agent, and at this rate the largest
+// (MaxReadFileBytes) takes less than the grace a command's answer has
+// past its timeout.
+const MinTransferRate = 2 << 20
+
+// transferBurst is how many bytes an account's transfers move at once
+// before the pace holds them.
+const transferBurst = 1 << 20
+
+// transferPace is account's pace for a file transfer: Config.TransferRate
+// for all of its transfers together while other accounts have live
+// sandboxes, none while it is alone.
+func (m *Manager) transferPace(account string) container.Pacer {
+	return contendedPace{m: m, lim: m.paces.For(account)}
+}
+
+type contendedPace struct {
+	m   *Manager
+	lim *rate.Limiter
+}
+
+func (p contendedPace) WaitN(ctx context.Context, n int) error {
+	if p.m.liveAccounts.Load() <= 1 {
+		return nil
+	}
+	return p.lim.WaitN(ctx, n)
+}
 
 // maxTransfers is the turn queue's slots for every account together: so
 // many that only an account's share (and its limit of requests in

@@ -3,9 +3,12 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // transferRuntime holds every file read and write until the test lets it
@@ -16,6 +19,7 @@ type transferRuntime struct {
 	inside  map[string]int           // transfers in the runtime, by container
 	entered chan string              // a container id for each transfer that enters
 	gates   map[string]chan struct{} // by container: each receive lets one of its transfers end
+	paces   []container.Pacer        // the pace of each transfer, as it entered
 }
 
 func newTransferRuntime() *transferRuntime {
@@ -32,9 +36,10 @@ func (r *transferRuntime) gate(id string) chan struct{} {
 	return r.gates[id]
 }
 
-func (r *transferRuntime) hold(ctx context.Context, id string) error {
+func (r *transferRuntime) hold(ctx context.Context, id string, pace container.Pacer) error {
 	r.mu.Lock()
 	r.inside[id]++
+	r.paces = append(r.paces, pace)
 	r.mu.Unlock()
 	gate := r.gate(id)
 	r.entered <- id
@@ -51,12 +56,12 @@ func (r *transferRuntime) hold(ctx context.Context, id string) error {
 	}
 }
 
-func (r *transferRuntime) ReadFile(ctx context.Context, id, _ string, _ int) ([]byte, error) {
-	return []byte("x"), r.hold(ctx, id)
+func (r *transferRuntime) ReadFile(ctx context.Context, id, _ string, _ int, pace container.Pacer) ([]byte, error) {
+	return []byte("x"), r.hold(ctx, id, pace)
 }
 
-func (r *transferRuntime) WriteFile(ctx context.Context, id, _, _ string) error {
-	return r.hold(ctx, id)
+func (r *transferRuntime) WriteFile(ctx context.Context, id, _, _ string, pace container.Pacer) error {
+	return r.hold(ctx, id, pace)
 }
 
 // TestTransfersTakeTurnsWhenContended: while two accounts have live
@@ -218,5 +223,67 @@ func TestTransferWaitEndsWith429(t *testing.T) {
 	rt.gate(<-rt.entered) <- struct{}{}
 	if err := <-next; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTransfersPacedWhileContended: an account's file reads and writes
+// move at its pace, which holds them only while another account has live
+// sandboxes, and then at TransferRate past a burst, apart from the other
+// account's.
+func TestTransfersPacedWhileContended(t *testing.T) {
+	rt := newTransferRuntime()
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, TransferRate: MinTransferRate}, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := runningOf(ctx, t, m, "a", "base")
+
+	// Both kinds of transfer carry the account's pace to the runtime.
+	done := make(chan error, 2)
+	go func() { _, err := m.ReadFile(ctx, "a", a, "/home/user/f"); done <- err }()
+	rt.gate(<-rt.entered) <- struct{}{}
+	go func() { done <- m.WriteFile(ctx, "a", a, "/home/user/f", "x") }()
+	rt.gate(<-rt.entered) <- struct{}{}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.mu.Lock()
+	paces := slices.Clone(rt.paces)
+	rt.mu.Unlock()
+	for i, p := range paces {
+		if p != m.transferPace("a") {
+			t.Fatalf("transfer %d had pace %#v, want account a's", i, p)
+		}
+	}
+
+	// within returns whether n bytes may move at once: a wait past the
+	// short deadline is refused at once, without waiting.
+	within := func(p container.Pacer, n int) bool {
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return p.WaitN(short, n) == nil
+	}
+	pa := m.transferPace("a")
+	// Alone, burst after burst moves at once.
+	for i := range 4 {
+		if !within(pa, transferBurst) {
+			t.Fatalf("account a, alone, was held after %d bytes", i*transferBurst)
+		}
+	}
+	runningOf(ctx, t, m, "b", "base")
+	// Beside b, a's burst moves at once and the next burst's worth waits
+	// for the rate (half a second at MinTransferRate).
+	for i := range transferBurst / container.PaceChunk {
+		if !within(pa, container.PaceChunk) {
+			t.Fatalf("account a was held after %d bytes, within its burst", i*container.PaceChunk)
+		}
+	}
+	if within(pa, transferBurst) {
+		t.Fatalf("account a moved two bursts at once beside account b")
+	}
+	// b's pace is its own.
+	if !within(m.transferPace("b"), transferBurst) {
+		t.Fatalf("account b was held by account a's transfers")
 	}
 }

@@ -31,8 +31,9 @@ func notRegular(p string) error {
 	return nil
 }
 
-// WriteFile keeps content at path, replacing what was there.
-func (r *Runtime) WriteFile(_ context.Context, id, path, content string) error {
+// WriteFile keeps content at path, replacing what was there. Nothing is
+// copied through an engine, so the pace is not needed.
+func (r *Runtime) WriteFile(_ context.Context, id, path, content string, _ container.Pacer) error {
 	b, err := r.running(id)
 	if err != nil {
 		return err
@@ -48,8 +49,9 @@ func (r *Runtime) WriteFile(_ context.Context, id, path, content string) error {
 	})
 }
 
-// ReadFile returns what was last written at path.
-func (r *Runtime) ReadFile(_ context.Context, id, path string, limit int) ([]byte, error) {
+// ReadFile returns what was last written at path, without a pace, as
+// WriteFile.
+func (r *Runtime) ReadFile(_ context.Context, id, path string, limit int, _ container.Pacer) ([]byte, error) {
 	b, err := r.running(id)
 	if err != nil {
 		return nil, err

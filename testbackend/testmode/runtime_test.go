@@ -42,16 +42,16 @@ func TestKeepaliveRunsNothingAndKeepsFiles(t *testing.T) {
 	if logs, err := r.Logs(ctx, id, 100); err != nil || len(logs) != 0 {
 		t.Fatalf("logs: %q %v", logs, err)
 	}
-	if err := r.WriteFile(ctx, id, "/home/user/a.txt", "é\n"); err != nil {
+	if err := r.WriteFile(ctx, id, "/home/user/a.txt", "é\n", nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.ReadFile(ctx, id, "/home/user/a.txt", 100); err != nil || string(got) != "é\n" {
+	if got, err := r.ReadFile(ctx, id, "/home/user/a.txt", 100, nil); err != nil || string(got) != "é\n" {
 		t.Fatalf("read back: %q %v", got, err)
 	}
-	if _, err := r.ReadFile(ctx, id, "/home/user/a.txt", 2); !errors.Is(err, container.ErrFileTooLarge) {
+	if _, err := r.ReadFile(ctx, id, "/home/user/a.txt", 2, nil); !errors.Is(err, container.ErrFileTooLarge) {
 		t.Fatalf("past the limit: %v", err)
 	}
-	if _, err := r.ReadFile(ctx, id, "/home/user/missing", 100); !errors.Is(err, container.ErrFileNotFound) {
+	if _, err := r.ReadFile(ctx, id, "/home/user/missing", 100, nil); !errors.Is(err, container.ErrFileNotFound) {
 		t.Fatalf("missing file: %v", err)
 	}
 
@@ -74,7 +74,7 @@ func TestKeepaliveRunsNothingAndKeepsFiles(t *testing.T) {
 	if _, err := r.Exec(ctx, id, container.ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("exec after removal: %v", err)
 	}
-	if err := r.WriteFile(ctx, id, "/home/user/a.txt", "x"); !errors.Is(err, container.ErrNotFound) {
+	if err := r.WriteFile(ctx, id, "/home/user/a.txt", "x", nil); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("write after removal: %v", err)
 	}
 }
@@ -112,10 +112,10 @@ func TestContainersSurviveRestart(t *testing.T) {
 	r := open(t, dir)
 	keep, _ := r.Start(ctx, container.Spec{Name: "keep"})
 	gone, _ := r.Start(ctx, container.Spec{Name: "gone"})
-	if err := r.WriteFile(ctx, keep, "/tmp/f", "1"); err != nil {
+	if err := r.WriteFile(ctx, keep, "/tmp/f", "1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.WriteFile(ctx, keep, "/tmp/f", "2"); err != nil {
+	if err := r.WriteFile(ctx, keep, "/tmp/f", "2", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Remove(ctx, gone); err != nil {
@@ -137,10 +137,10 @@ func TestContainersSurviveRestart(t *testing.T) {
 	if len(list) != 2 || byName["keep"].ID != keep || !byName["keep"].Running || !byName["legacy"].Running || byName["legacy"].Labels["k"] != "v" {
 		t.Fatalf("after restart: %+v", list)
 	}
-	if got, err := r2.ReadFile(ctx, keep, "/tmp/f", 10); err != nil || string(got) != "2" {
+	if got, err := r2.ReadFile(ctx, keep, "/tmp/f", 10, nil); err != nil || string(got) != "2" {
 		t.Fatalf("file after restart: %q %v", got, err)
 	}
-	if got, err := r2.ReadFile(ctx, byName["legacy"].ID, "/home/user/x", 10); err != nil || string(got) != "y" {
+	if got, err := r2.ReadFile(ctx, byName["legacy"].ID, "/home/user/x", 10, nil); err != nil || string(got) != "y" {
 		t.Fatalf("adopted file after restart: %q %v", got, err)
 	}
 }

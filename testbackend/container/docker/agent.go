@@ -243,24 +243,25 @@ const (
 
 // pendingCall is a request waiting for its answer.
 type pendingCall struct {
-	ch  chan agent.Response
-	max int // the most output it may have, per stream
+	ch   chan agent.Response
+	max  int             // the most output it may have, per stream
+	pace container.Pacer // its answer's pace, nil for none
 }
 
-// room is how much output per stream the answer with id may have, and
-// whether anyone wants it: its caller's limit; a forgotten request's,
-// to drop; for an answer to no request, what is left of the session's
-// bound on those, to drop.
-func (s *agentSession) room(id uint64) (int, bool) {
+// room is how much output per stream the answer with id may have,
+// whether anyone wants it, and its pace: its caller's limit and pace; a
+// forgotten request's limit, to drop; for an answer to no request, what
+// is left of the session's bound on those, to drop.
+func (s *agentSession) room(id uint64) (int, bool, container.Pacer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.pending[id]; ok {
-		return p.max, true
+		return p.max, true, p.pace
 	}
 	if l, ok := s.forgotten[id]; ok {
-		return l, false
+		return l, false, nil
 	}
-	return max(0, maxStrayBytes-s.stray), false
+	return max(0, maxStrayBytes-s.stray), false, nil
 }
 
 // errHostileAgent marks a session the backend dropped for what came out of
@@ -284,10 +285,23 @@ func (d *Runtime) readResponses(id string, s *agentSession, r io.Reader) {
 // frame, a frame with more output than its request allows, or too many
 // answers to no request. Then it returns an error wrapping
 // errHostileAgent, having read at most one line's worth more.
+//
+// An answer whose request has a pace is read at it, and so the agent
+// writes it no faster: the engine's copies wait on the backend's reads.
+// The pace reads below the buffer; what the buffer holds when the
+// answer's line has been read is paid for first, so the answer pays for
+// every byte of its output (and at most a buffer's worth of the next
+// frame's).
 func (s *agentSession) readFrames(r io.Reader) error {
-	br := bufio.NewReaderSize(r, 64<<10)
+	paced := &framePace{r: r}
+	br := bufio.NewReaderSize(paced, 64<<10)
 	for {
-		res, n, err := agent.ReadFrame(br, maxAgentLine, func(head agent.Response) (int, bool) { return s.room(head.ID) })
+		res, n, err := agent.ReadFrame(br, maxAgentLine, func(head agent.Response) (int, bool) {
+			most, keep, pace := s.room(head.ID)
+			paced.set(pace, br.Buffered())
+			return most, keep
+		})
+		paced.set(nil, 0)
 		if errors.Is(err, agent.ErrFrame) {
 			return fmt.Errorf("%w: %v", errHostileAgent, err)
 		}
@@ -298,6 +312,39 @@ func (s *agentSession) readFrames(r io.Reader) error {
 			return err
 		}
 	}
+}
+
+// framePace reads r at the pace of the answer being read, if it has one.
+// It is read by one goroutine only (readFrames').
+type framePace struct {
+	r    io.Reader
+	pace io.Reader // r at the answer's pace; nil reads r as it comes
+}
+
+// set paces what is read from now on at p, first paying for buffered
+// bytes read before.
+func (f *framePace) set(p container.Pacer, buffered int) {
+	f.pace = nil
+	if p == nil {
+		return
+	}
+	// An answer's pace is not cut short by its caller's end: the answer
+	// is read whole either way, so the wait is what bounds the session's
+	// rate.
+	ctx := context.Background()
+	for buffered > 0 {
+		n := min(buffered, container.PaceChunk)
+		_ = p.WaitN(ctx, n)
+		buffered -= n
+	}
+	f.pace = container.PacedReader(ctx, f.r, p)
+}
+
+func (f *framePace) Read(b []byte) (int, error) {
+	if f.pace != nil {
+		return f.pace.Read(b)
+	}
+	return f.r.Read(b)
 }
 
 // deliver hands one answer, n bytes on the wire, to its caller.
@@ -349,8 +396,9 @@ func (d *Runtime) killedFor(id string) string {
 	return ""
 }
 
-// call sends one request and waits for its answer.
-func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Duration) (agent.Response, error) {
+// call sends one request and waits for its answer; the request and its
+// answer move at pace's pace (nil: at once).
+func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Duration, pace container.Pacer) (agent.Response, error) {
 	ch := make(chan agent.Response, 1)
 	s.mu.Lock()
 	if s.err != nil {
@@ -360,7 +408,7 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	}
 	s.nextID++
 	req.ID = s.nextID
-	s.pending[req.ID] = pendingCall{ch: ch, max: req.MaxOutput}
+	s.pending[req.ID] = pendingCall{ch: ch, max: req.MaxOutput, pace: pace}
 	s.mu.Unlock()
 	forget := func() {
 		s.mu.Lock()
@@ -377,7 +425,9 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 		return agent.Response{}, err
 	}
 	s.writeMu.Lock()
-	_, err = s.w.Write(append(line, '\n'))
+	// A line is written whole even when ctx ends: half of one would
+	// break the session for every later request.
+	_, err = container.PacedWrite(context.WithoutCancel(ctx), s.w, append(line, '\n'), pace)
 	s.writeMu.Unlock()
 	if err != nil {
 		forget()
@@ -429,7 +479,7 @@ func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req
 		wait = req.Timeout + execGoGrace
 	}
 	start := time.Now()
-	ares, err := s.call(ctx, areq, wait)
+	ares, err := s.call(ctx, areq, wait, req.Pace)
 	res.Duration = time.Since(start)
 	switch {
 	case errors.Is(err, errAgentTimeout):

@@ -72,12 +72,12 @@ func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest
 		go func() {
 			// Errors here mean the process stopped reading or exited; its
 			// exit code tells the story.
-			_, _ = io.Copy(hj.Conn, req.Stdin)
+			_, _ = io.Copy(hj.Conn, container.PacedReader(ctx, req.Stdin, req.Pace))
 			_ = hj.CloseWrite()
 		}()
 	}
 
-	res, err = collectOutput(ctx, hj.Reader, closeConn, req, stopped)
+	res, err = collectOutput(ctx, container.PacedReader(ctx, hj.Reader, req.Pace), closeConn, req, stopped)
 	res.Duration = time.Since(start)
 	if res.TimedOut {
 		return res, nil

@@ -68,12 +68,13 @@ func (d *Runtime) endedWith(ctx context.Context, id string, res container.ExecRe
 
 // WriteFile writes content to an absolute path as the sandbox user,
 // creating parents, with writeScript.
-func (d *Runtime) WriteFile(ctx context.Context, id, path, content string) error {
+func (d *Runtime) WriteFile(ctx context.Context, id, path, content string, pace container.Pacer) error {
 	res, err := d.Exec(ctx, id, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
 		Stdin:     strings.NewReader(content),
 		Timeout:   fileTimeout,
 		MaxOutput: 64 << 10,
+		Pace:      pace,
 	})
 	if d.endedWith(ctx, id, res, err) {
 		// A program that ends once the file is there (a run-mode job
@@ -92,11 +93,12 @@ func (d *Runtime) WriteFile(ctx context.Context, id, path, content string) error
 
 // ReadFile reads a file as the sandbox user with readScript; a file of
 // more than limit bytes is ErrFileTooLarge.
-func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int) ([]byte, error) {
+func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int, pace container.Pacer) ([]byte, error) {
 	res, err := d.Exec(ctx, id, container.ExecRequest{
 		Cmd:       []string{"sh", "-c", readScript, "sh", path},
 		Timeout:   fileTimeout,
 		MaxOutput: limit,
+		Pace:      pace,
 	})
 	if d.endedWith(ctx, id, res, err) {
 		return nil, errStopped

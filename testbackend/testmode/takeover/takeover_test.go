@@ -47,7 +47,7 @@ func TestRecordsAdoptsRunningSandboxes(t *testing.T) {
 	if len(list) != 1 || list[0].Labels[container.LabelSandboxID] != "sbx-legacy" || list[0].Name != sandbox.ContainerName("sbx-legacy") {
 		t.Fatalf("containers after the take-over: %+v, want one for sbx-legacy", list)
 	}
-	got, err := rt.ReadFile(ctx, list[0].ID, "/tmp/old", 1<<20)
+	got, err := rt.ReadFile(ctx, list[0].ID, "/tmp/old", 1<<20, nil)
 	if err != nil || string(got) != "still here" {
 		t.Fatalf("the adopted file: %q %v", got, err)
 	}
