@@ -36,7 +36,10 @@ var (
 	tokCapped    = "rc_pat_iso_capped_" + randomHex(12)
 	tokNeighbour = "rc_pat_iso_neighbour_" + randomHex(12)
 	tokLimit     = "rc_pat_iso_limit_" + randomHex(12)
-	canary       = "rc-iso-canary-" + randomHex(12)
+	// The transfer pace test's two accounts, used by no other test.
+	tokReader     = "rc_pat_iso_reader_" + randomHex(12)
+	tokReaderPeer = "rc_pat_iso_reader_peer_" + randomHex(12)
+	canary        = "rc-iso-canary-" + randomHex(12)
 )
 
 // canaryEnv is set in the test process (and so in the backend running in
@@ -65,6 +68,8 @@ func testTokens() []testbackend.Token {
 		{Token: tokCapped, Account: "acct-cpu-capped", Scopes: rw},
 		{Token: tokNeighbour, Account: "acct-cpu-neighbour", Scopes: rw},
 		{Token: tokLimit, Account: "acct-cpu-limit", Scopes: rw},
+		{Token: tokReader, Account: "acct-transfer-reader", Scopes: rw},
+		{Token: tokReaderPeer, Account: "acct-transfer-peer", Scopes: rw},
 	}
 }
 
