@@ -5,11 +5,11 @@ import (
 	"io"
 )
 
-// Pacer paces the bytes of a file transfer through the engine, which
-// cost host CPU (the agent's stream, the engine's copies, the backend's)
-// that no sandbox limit counts: WaitN returns once n more bytes may
-// move, or with ctx's error. A nil Pacer moves them at once. A
-// *rate.Limiter is one, for n up to its burst.
+// Pacer paces bytes moved for a tenant that cost host CPU no sandbox
+// limit counts, such as a file transfer through the agent's stream and
+// the engine's copies: WaitN returns once n more bytes may move, or with
+// ctx's error. A nil Pacer moves them at once. A *rate.Limiter is one,
+// for n up to its burst.
 type Pacer interface {
 	WaitN(ctx context.Context, n int) error
 }

@@ -152,6 +152,11 @@ func (m *Manager) unindexLocked(sb *store.Sandbox) {
 	m.dropEmptyAccountLocked(sb.Account)
 }
 
+// contended reports whether more than one account has live sandboxes:
+// then starts and transfers take turns, transfers are paced and each
+// account's CPUs are capped at its share. Read without m.mu.
+func (m *Manager) contended() bool { return m.liveAccounts.Load() > 1 }
+
 // countLiveAccountLocked keeps m.liveAccounts, the number of accounts
 // with live sandboxes, as one account's count of them goes from before
 // to after. The start queue reads it without m.mu (turnqueue.go).

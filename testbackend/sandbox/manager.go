@@ -260,7 +260,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.TransferRate <= 0 {
 		cfg.TransferRate = DefaultTransferRate
 	}
-	cfg.TransferRate = max(cfg.TransferRate, MinTransferRate)
+	cfg.TransferRate = max(cfg.TransferRate, MinTransferRate) // the command refuses less
 	if cfg.MaxProcs <= 0 {
 		cfg.MaxProcs = 512
 	}
@@ -297,9 +297,8 @@ func New(cfg Config) (*Manager, error) {
 		removing:    map[string]chan struct{}{},
 	}
 	m.weights = newWeights(m.rt)
-	contended := func() bool { return m.liveAccounts.Load() > 1 }
-	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, contended)
-	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, contended)
+	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, m.contended)
+	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, m.contended)
 	m.paces = accountrate.New(cfg.TransferRate, transferBurst)
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)

@@ -64,7 +64,7 @@ type contendedPace struct {
 }
 
 func (p contendedPace) WaitN(ctx context.Context, n int) error {
-	if p.m.liveAccounts.Load() <= 1 {
+	if !p.m.contended() {
 		return nil
 	}
 	return p.lim.WaitN(ctx, n)

@@ -74,7 +74,7 @@ func accountCPULimit(milli, total, most int64) int64 {
 // sandboxes may use together now: its share while other accounts have
 // live sandboxes, 0 (no cap but each sandbox's own) while it is alone.
 func (m *Manager) accountCPUCapLocked() int64 {
-	if m.liveAccounts.Load() <= 1 {
+	if !m.contended() {
 		return 0
 	}
 	return max(1, int64(m.cfg.HostShare*float64(m.cfg.HostCPUs)*1000))

@@ -95,6 +95,9 @@ func run(args []string) error {
 	if cfg.QueueWait == 0 {
 		cfg.QueueWait = -1 // the flag's 0s means no wait; the Config's 0 means the default
 	}
+	if cfg.TransferRate < sandbox.MinTransferRate {
+		return fmt.Errorf("transfer-rate: %d bytes a second is below the least, %d (2 MiB): the largest read would hold its sandbox's other answers past their grace", cfg.TransferRate, sandbox.MinTransferRate)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return fmt.Errorf("log-level: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,18 @@ func TestAllowRegistryFlag(t *testing.T) {
 	for _, bad := range []string{"http://127.0.0.1:5000", "127.0.0.1:5000/team"} {
 		if err := l.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
+
+// A --transfer-rate below the least is refused before anything starts,
+// not raised to it behind the operator's back. (The bad --log-level,
+// checked later, keeps a run without the check from starting a backend.)
+func TestTransferRateFlagRefusedBelowTheLeast(t *testing.T) {
+	for _, v := range []string{"0", "-1", "2097151"} {
+		err := run([]string{"--transfer-rate", v, "--log-level", "none-such"})
+		if err == nil || !strings.Contains(err.Error(), "transfer-rate") {
+			t.Errorf("--transfer-rate %s: %v, want it refused", v, err)
 		}
 	}
 }
