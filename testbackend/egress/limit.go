@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // What one sandbox's DNS may cost. Every query is admitted or dropped
@@ -62,7 +64,7 @@ type limiter struct {
 }
 
 type source struct {
-	tokens   float64
+	bucket   *rate.Limiter
 	last     time.Time
 	inFlight int
 	// dropped counts the queries refused since the last report.
@@ -86,19 +88,18 @@ func (l *limiter) admit(a netip.Addr) (ok bool, report uint64) {
 		if len(l.src) >= maxSources {
 			l.forgetIdleLocked(now)
 		}
-		s = &source{tokens: float64(l.lim.Burst), last: now}
+		s = &source{bucket: rate.NewLimiter(rate.Limit(l.lim.Rate), l.lim.Burst)}
 		l.src[a] = s
 	}
-	s.tokens = min(float64(l.lim.Burst), s.tokens+now.Sub(s.last).Seconds()*l.lim.Rate)
 	s.last = now
-	if s.tokens < 1 || s.inFlight >= l.lim.InFlight {
+	// A query over the in-flight bound is dropped without its token.
+	if s.inFlight >= l.lim.InFlight || !s.bucket.AllowN(now, 1) {
 		s.dropped++
 		if now.Sub(s.reported) >= time.Minute {
 			report, s.dropped, s.reported = s.dropped, 0, now
 		}
 		return false, report
 	}
-	s.tokens--
 	s.inFlight++
 	return true, 0
 }
