@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestFileReadPacedBesideAnother(t *testing.T) {
 	const size = 6 << 20
 	// Written by a command, which is not paced: the account's whole
 	// burst is left for the read.
-	if res := c.Command(tokReader, sb.ID, "yes paced | head -c 6291456 > /home/user/big", 30000); res.ExitCode == nil || *res.ExitCode != 0 {
+	if res := c.Command(tokReader, sb.ID, fmt.Sprintf("yes paced | head -c %d > /home/user/big", size), 30000); res.ExitCode == nil || *res.ExitCode != 0 {
 		t.Fatalf("writing the file: %+v", res)
 	}
 	r := c.Do("GET", "/sandboxes/"+sb.ID+"/files?path=/home/user/big", tokReader, nil, nil)

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -101,7 +102,7 @@ func TestFileTransfersMoveAtTheirPace(t *testing.T) {
 		}
 		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "wc -c < " + path}, Timeout: 10 * time.Second, MaxOutput: 1 << 10})
 		wantExit(t, res, 0)
-		if strings.TrimSpace(string(res.Stdout)) != "3145728" {
+		if strings.TrimSpace(string(res.Stdout)) != strconv.Itoa(size) {
 			t.Fatalf("wc -c: %q", res.Stdout)
 		}
 	})
