@@ -123,9 +123,11 @@ type Config struct {
 	// StartSlots is how many container starts run at once, in turns across
 	// accounts (0: sandbox.DefaultStartSlots); StartShare how many of them
 	// one account runs while other accounts have live sandboxes (0:
-	// sandbox.DefaultStartShare()).
+	// sandbox.DefaultStartShare()), and StartDuty the part of the time its
+	// starts may hold them then (0: sandbox.DefaultStartDuty).
 	StartSlots int
 	StartShare int
+	StartDuty  float64
 	// TransferShare is how many file reads and writes one account runs at
 	// once while other accounts have live sandboxes (0:
 	// sandbox.DefaultTransferShare).
@@ -354,6 +356,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		DiskReserve:       cfg.DiskReserve,
 		StartSlots:        cfg.StartSlots,
 		StartShare:        cfg.StartShare,
+		StartDuty:         cfg.StartDuty,
 		TransferShare:     cfg.TransferShare,
 		TransferRate:      cfg.TransferRate,
 		Egress:            b.egressEnforcer(),

@@ -110,8 +110,11 @@ type Config struct {
 	// across accounts (default DefaultStartSlots; turnqueue.go).
 	StartSlots int
 	// StartShare is how many of them one account may run while other
-	// accounts have live sandboxes (default DefaultStartShare()).
+	// accounts have live sandboxes (default DefaultStartShare()), and
+	// StartDuty the part of the time its starts may hold that share then
+	// (0 < StartDuty <= 1, default DefaultStartDuty; turnqueue.go).
 	StartShare int
+	StartDuty  float64
 	// TransferShare is how many file reads and writes one account runs
 	// at once while other accounts have live sandboxes (default
 	// DefaultTransferShare; transfers.go); TransferWait how long one
@@ -251,6 +254,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StartShare <= 0 {
 		cfg.StartShare = DefaultStartShare()
 	}
+	if cfg.StartDuty <= 0 || cfg.StartDuty > 1 {
+		cfg.StartDuty = DefaultStartDuty
+	}
 	if cfg.TransferShare <= 0 {
 		cfg.TransferShare = DefaultTransferShare
 	}
@@ -297,8 +303,8 @@ func New(cfg Config) (*Manager, error) {
 		removing:    map[string]chan struct{}{},
 	}
 	m.weights = newWeights(m.rt)
-	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, m.contended)
-	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, m.contended)
+	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, restFor(cfg.StartDuty), m.contended)
+	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, 0, m.contended)
 	m.paces = accountrate.New(cfg.TransferRate, transferBurst)
 	if cfg.DiskReserve > 0 {
 		m.diskSpace = newDiskSpace(cfg.Store.Dir(), cfg.FreeDisk, cfg.Logger)

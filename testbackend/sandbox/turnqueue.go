@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 )
 
 // A turnQueue hands out the slots of some host work in turns across
@@ -21,6 +22,15 @@ import (
 // start costs host CPU outside any sandbox's limits (the engine, the
 // runtime's boot, the network wiring), and the soak's hostile-neighbour
 // row measures what a burst of them does to another account's commands.
+//
+// A share bounds how many run at once, not how often: an account that
+// creates again as soon as a start ends keeps its share of slots busy
+// back to back, a core's worth of host work on a small host that no
+// sandbox's CPU cap counts. So while contended, a call that held its slot
+// for d keeps its account's place in the share for rest times d more
+// after it ends (the slot itself is free for other accounts at once):
+// one account's calls then hold its share at most 1/(1+rest) of the
+// time (Config.StartDuty). An account alone never rests.
 
 // DefaultStartSlots is how many container starts run at once by default:
 // enough that a stuck start does not hold up the others, few enough that a
@@ -31,6 +41,21 @@ const DefaultStartSlots = 8
 // other accounts have live sandboxes: half the host's cores, at least one.
 func DefaultStartShare() int { return max(1, runtime.NumCPU()/2) }
 
+// DefaultStartDuty is the part of the time one account's starts may hold
+// its share of start slots while other accounts have live sandboxes: a
+// start that took d is followed by 3d in which the account starts
+// nothing more.
+const DefaultStartDuty = 0.25
+
+// restFor is the rest after a call, in multiples of its time, that
+// keeps calls to duty of the time (0 < duty <= 1; 1: no rest).
+func restFor(duty float64) float64 {
+	if duty <= 0 || duty >= 1 {
+		return 0
+	}
+	return (1 - duty) / duty
+}
+
 type turnQueue struct {
 	slots int
 	share int
@@ -38,29 +63,35 @@ type turnQueue struct {
 	// (index.go keeps the count). It is called under mu, so it must not
 	// take a lock that is held while calling into the queue.
 	contended func() bool
+	// rest is how long, in multiples of the time a call held its slot, its
+	// account's place in the share stays taken after it ends while
+	// contended (0: none); now and after are the clock (tests set them).
+	rest  float64
+	now   func() time.Time
+	after func(time.Duration, func())
 
 	mu        sync.Mutex
 	running   int
-	byAccount map[string]int             // running calls by account
+	byAccount map[string]int             // running and resting calls by account
 	order     []string                   // accounts with waiters, the next first
 	waiting   map[string][]chan struct{} // by account, oldest first
 }
 
-func newTurnQueue(slots, share int, contended func() bool) *turnQueue {
+func newTurnQueue(slots, share int, rest float64, contended func() bool) *turnQueue {
 	if share <= 0 || share > slots {
 		share = slots
 	}
 	if contended == nil {
 		contended = func() bool { return false }
 	}
-	return &turnQueue{slots: slots, share: share, contended: contended,
+	return &turnQueue{slots: slots, share: share, contended: contended, rest: max(rest, 0),
+		now: time.Now, after: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
 		byAccount: map[string]int{}, waiting: map[string][]chan struct{}{}}
 }
 
 // acquire waits for a slot for account; the release it returns
 // gives it back. An error means ctx ended first (and no slot is held).
 func (q *turnQueue) acquire(ctx context.Context, account string) (release func(), err error) {
-	release = func() { q.release(account) }
 	q.mu.Lock()
 	ch := make(chan struct{})
 	if len(q.waiting[account]) == 0 {
@@ -72,13 +103,14 @@ func (q *turnQueue) acquire(ctx context.Context, account string) (release func()
 
 	select {
 	case <-ch:
-		return release, nil
+		granted := q.now()
+		return func() { q.release(account, q.now().Sub(granted)) }, nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		select {
 		case <-ch: // granted meanwhile: give it back
-			q.releaseLocked(account)
+			q.releaseLocked(account, 0)
 		default:
 			q.dropLocked(account, ch)
 		}
@@ -86,14 +118,30 @@ func (q *turnQueue) acquire(ctx context.Context, account string) (release func()
 	}
 }
 
-func (q *turnQueue) release(account string) {
+func (q *turnQueue) release(account string, held time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.releaseLocked(account)
+	q.releaseLocked(account, held)
 }
 
-func (q *turnQueue) releaseLocked(account string) {
+// releaseLocked frees the slot of a call that held it for held; its
+// account's place in the share rests first while contended.
+func (q *turnQueue) releaseLocked(account string, held time.Duration) {
 	q.running--
+	if rest := time.Duration(q.rest * float64(held)); rest > 0 && q.contended() {
+		q.after(rest, func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.leaveLocked(account)
+		})
+	} else {
+		q.leaveLocked(account)
+	}
+	q.dispatchLocked()
+}
+
+// leaveLocked gives account's place in the share back.
+func (q *turnQueue) leaveLocked(account string) {
 	if q.byAccount[account]--; q.byAccount[account] <= 0 {
 		delete(q.byAccount, account)
 	}

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -10,7 +12,7 @@ import (
 // queues a burst of ten starts and account b one; as slots free, b's start
 // is the second one granted, not the eleventh.
 func TestStartQueueInterleavesAccounts(t *testing.T) {
-	q := newTurnQueue(2, 0, nil)
+	q := newTurnQueue(2, 0, 0, nil)
 	ctx := context.Background()
 	held := holdSlots(t, q, "warm", 2)
 	granted := make(chan string, 11)
@@ -59,7 +61,7 @@ func TestStartQueueInterleavesAccounts(t *testing.T) {
 // TestStartQueueCancelledWaiter: a waiter whose context ends leaves the
 // line and holds no slot.
 func TestStartQueueCancelledWaiter(t *testing.T) {
-	q := newTurnQueue(1, 0, nil)
+	q := newTurnQueue(1, 0, 0, nil)
 	r, err := q.acquire(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func TestStartQueueCancelledWaiter(t *testing.T) {
 // slots free; the other account's start is granted at once; and the
 // first account's next start follows the end of one of its own.
 func TestStartQueueShareWhileContended(t *testing.T) {
-	q := newTurnQueue(8, 2, func() bool { return true })
+	q := newTurnQueue(8, 2, 0, func() bool { return true })
 	ctx := context.Background()
 	held := holdSlots(t, q, "a", 2)
 	third := make(chan func(), 1)
@@ -126,10 +128,91 @@ func TestStartQueueShareWhileContended(t *testing.T) {
 	}
 }
 
+// TestStartQueueRestsWhileContended: while contended, a call that held
+// its account's one place for d keeps the place taken for rest times d
+// after it ends: the account's next call waits out the rest while the
+// only slot serves another account at once; an account alone never
+// rests.
+func TestStartQueueRestsWhileContended(t *testing.T) {
+	var contended atomic.Bool
+	contended.Store(true)
+	q := newTurnQueue(1, 1, 3, contended.Load)
+	clock := time.Unix(0, 0)
+	var clockMu sync.Mutex
+	q.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
+	type timer struct {
+		d time.Duration
+		f func()
+	}
+	timers := make(chan timer, 4)
+	q.after = func(d time.Duration, f func()) { timers <- timer{d, f} }
+	ctx := context.Background()
+
+	held := holdSlots(t, q, "a", 1)
+	advance(time.Second)
+	held[0]()
+	var rest timer
+	select {
+	case rest = <-timers:
+	default:
+		t.Fatal("a's start that held its place for 1s ended with no rest")
+	}
+	if rest.d != 3*time.Second {
+		t.Fatalf("a rests %v after a start of 1s, want 3s", rest.d)
+	}
+	next := make(chan func(), 1)
+	go func() {
+		r, err := q.acquire(ctx, "a")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		next <- r
+	}()
+	waitQueued(t, q, "a", 1)
+	// b is served at once: the rest holds a's place, not the slot.
+	rb, err := q.acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb() // b held its slot for no time: no rest to wait out
+	if len(timers) != 0 {
+		t.Fatalf("a start that held its slot for 0s left a rest of %v", (<-timers).d)
+	}
+	select {
+	case <-next:
+		t.Fatal("a's next start was granted while a rested")
+	default:
+	}
+	rest.f()
+	var ra func()
+	select {
+	case ra = <-next:
+	case <-time.After(time.Minute):
+		t.Fatal("a's next start was not granted when its rest ended")
+	}
+
+	// Alone, a does not rest.
+	contended.Store(false)
+	advance(time.Second)
+	ra()
+	select {
+	case tm := <-timers:
+		t.Fatalf("an account alone rests %v after its start", tm.d)
+	default:
+	}
+	r, err := q.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r()
+}
+
 // TestStartQueueAloneUsesEverySlot: an account alone on the backend is
 // not held to the share.
 func TestStartQueueAloneUsesEverySlot(t *testing.T) {
-	q := newTurnQueue(4, 1, func() bool { return false })
+	q := newTurnQueue(4, 1, 0, func() bool { return false })
 	done := make(chan func(), 4)
 	for range 4 {
 		go func() {

@@ -65,6 +65,7 @@ func run(args []string) error {
 	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", sandbox.DefaultDiskReserve, "bytes of free space creates leave on the file system of --data: below it a create answers 503 HOST_CAPACITY_EXHAUSTED naming the disk (-1: no bound)")
 	fs.IntVar(&cfg.StartSlots, "start-slots", sandbox.DefaultStartSlots, "container starts that run at once; the rest wait, in turns across accounts")
 	fs.IntVar(&cfg.StartShare, "start-share", sandbox.DefaultStartShare(), "container starts one account runs at once while other accounts have live sandboxes (a start's engine and boot work is host CPU outside any sandbox's limit); an account alone uses every slot")
+	fs.Float64Var(&cfg.StartDuty, "start-duty", sandbox.DefaultStartDuty, "the part of the time one account's container starts may hold its --start-share while other accounts have live sandboxes: after a start that took d it starts nothing more for d×(1−duty)/duty (0 < duty ≤ 1; 1: no rest); an account alone never rests")
 	fs.IntVar(&cfg.TransferShare, "transfer-share", sandbox.DefaultTransferShare, "file reads and writes one account runs at once while other accounts have live sandboxes (every byte is host CPU outside any sandbox's limit); the rest wait in its line, at most 3s, then 429 with Retry-After; an account alone runs them all at once")
 	fs.IntVar(&cfg.TransferRate, "transfer-rate", sandbox.DefaultTransferRate, "bytes a second one account's file reads and writes move together while other accounts have live sandboxes (read from the engine no faster, so the engine copies them no faster); at least 2 MiB a second; an account alone moves them at full speed")
 	fs.StringVar(&cfg.EgressControl, "egress-control", "auto", "egressMode DENY_ALL and ALLOW_LIST: on (start fails when the machine cannot enforce them), off (refused with 400 EGRESS_CONTROL_UNAVAILABLE) or auto (on when possible)")
@@ -94,6 +95,9 @@ func run(args []string) error {
 	}
 	if cfg.QueueWait == 0 {
 		cfg.QueueWait = -1 // the flag's 0s means no wait; the Config's 0 means the default
+	}
+	if !(cfg.StartDuty > 0 && cfg.StartDuty <= 1) {
+		return fmt.Errorf("start-duty: %v is not in (0, 1]: it is the part of the time one account's starts may hold their share", cfg.StartDuty)
 	}
 	if cfg.TransferRate < sandbox.MinTransferRate {
 		return fmt.Errorf("transfer-rate: %d bytes a second is below the least, %d (2 MiB): the largest read would hold its sandbox's other answers past their grace", cfg.TransferRate, sandbox.MinTransferRate)

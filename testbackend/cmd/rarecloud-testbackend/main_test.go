@@ -26,6 +26,17 @@ func TestAllowRegistryFlag(t *testing.T) {
 	}
 }
 
+// A --start-duty outside (0, 1] is refused before anything starts, not
+// replaced by the default behind the operator's back.
+func TestStartDutyFlagRefusedOutsideItsRange(t *testing.T) {
+	for _, v := range []string{"0", "-0.5", "1.01", "NaN"} {
+		err := run([]string{"--start-duty", v, "--log-level", "none-such"})
+		if err == nil || !strings.Contains(err.Error(), "start-duty") {
+			t.Errorf("--start-duty %s: %v, want it refused", v, err)
+		}
+	}
+}
+
 // A --transfer-rate below the least is refused before anything starts,
 // not raised to it behind the operator's back. (The bad --log-level,
 // checked later, keeps a run without the check from starting a backend.)
