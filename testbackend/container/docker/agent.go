@@ -80,9 +80,11 @@ type agentSession struct {
 	writeMu sync.Mutex
 	mu      sync.Mutex
 	pending map[uint64]pendingCall
-	// forgotten holds the limits of requests whose caller gave up (timeout,
-	// cancel): their answers still come, and are dropped.
-	forgotten map[uint64]int
+	// forgotten holds the requests whose caller gave up (timeout, cancel):
+	// their answers still come, and are dropped, read at the pace the
+	// request had, so that giving up on a paced transfer does not move
+	// its bytes through the engine at full speed.
+	forgotten map[uint64]pendingCall
 	nextID    uint64
 	stray     int // bytes of answers to no pending request so far
 	done      chan struct{}
@@ -196,7 +198,7 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 	}
 	// Every attached client sees every answer, so ids start at a random
 	// point: two backends on one container never take each other's.
-	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]int{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
+	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
@@ -250,16 +252,16 @@ type pendingCall struct {
 
 // room is how much output per stream the answer with id may have,
 // whether anyone wants it, and its pace: its caller's limit and pace; a
-// forgotten request's limit, to drop; for an answer to no request, what
-// is left of the session's bound on those, to drop.
+// forgotten request's limit and pace, to drop; for an answer to no
+// request, what is left of the session's bound on those, to drop.
 func (s *agentSession) room(id uint64) (int, bool, container.Pacer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.pending[id]; ok {
 		return p.max, true, p.pace
 	}
-	if l, ok := s.forgotten[id]; ok {
-		return l, false, nil
+	if p, ok := s.forgotten[id]; ok {
+		return p.max, false, p.pace
 	}
 	return max(0, maxStrayBytes-s.stray), false, nil
 }
@@ -414,7 +416,7 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 		s.mu.Lock()
 		if p, ok := s.pending[req.ID]; ok {
 			delete(s.pending, req.ID)
-			s.forgotten[req.ID] = p.max
+			s.forgotten[req.ID] = p
 		}
 		s.mu.Unlock()
 	}

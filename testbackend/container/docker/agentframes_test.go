@@ -33,7 +33,7 @@ func (e *endless) Read(p []byte) (int, error) {
 }
 
 func newTestSession() *agentSession {
-	return &agentSession{pending: map[uint64]pendingCall{}, forgotten: map[uint64]int{}, done: make(chan struct{})}
+	return &agentSession{pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{})}
 }
 
 // frames is answers as an agent writes them.
@@ -111,7 +111,7 @@ func TestAgentFrames(t *testing.T) {
 	s := newTestSession()
 	ch := make(chan agent.Response, 1)
 	s.pending[5] = pendingCall{ch: ch, max: 1 << 20}
-	s.forgotten[6] = 1 << 20
+	s.forgotten[6] = pendingCall{max: 1 << 20}
 	out := []byte("hi\n\x00{\"id\":1}\n")
 	in := frames(t, agent.Response{ID: 6, ExitCode: &zero, Stdout: []byte("late")}, agent.Response{ID: 5, ExitCode: &zero, Stdout: out, Stderr: []byte("e")})
 	if err := s.readFrames(strings.NewReader(in)); !errors.Is(err, io.EOF) {
@@ -135,5 +135,34 @@ func TestAgentFrames(t *testing.T) {
 	stray := strings.Repeat(frames(t, agent.Response{ID: 99, ExitCode: &zero, Stdout: []byte(strings.Repeat("A", 60000))}), maxStrayBytes/60000+2)
 	if err := newTestSession().readFrames(strings.NewReader(stray)); !errors.Is(err, errHostileAgent) {
 		t.Errorf("%d bytes of answers to no request: %v, want hostile", len(stray), err)
+	}
+}
+
+// The answer to a request whose caller gave up is still read at the pace
+// the request had: giving up on a paced transfer (and asking again) does
+// not move its bytes through the engine at full speed.
+func TestForgottenAnswerKeepsItsPace(t *testing.T) {
+	zero := 0
+	const size = 1 << 20
+	s := newTestSession()
+	p := newHeldPacer(64 << 10)
+	s.forgotten[6] = pendingCall{max: 8 << 20, pace: p}
+	in := frames(t, agent.Response{ID: 6, ExitCode: &zero, Stdout: []byte(strings.Repeat("<", size))})
+	done := make(chan error, 1)
+	go func() { done <- s.readFrames(strings.NewReader(in)) }()
+	select {
+	case <-p.held:
+	case err := <-done:
+		t.Fatalf("a forgotten answer of %d bytes was read whole (%v) past a pace that allows %d", size, err, 64<<10)
+	}
+	close(p.release)
+	if err := <-done; !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if got := p.total(); got < size {
+		t.Fatalf("the forgotten answer charged its pace %d bytes, want at least its %d", got, size)
+	}
+	if s.stray != 0 {
+		t.Fatalf("a forgotten answer counted %d stray bytes", s.stray)
 	}
 }
