@@ -37,7 +37,7 @@ func TestFileReadPacedBesideAnother(t *testing.T) {
 	}
 	// The burst and a buffer's worth of read-ahead move at once, the
 	// rest at the rate.
-	least := time.Duration(float64(size-(1<<20)-(128<<10)) / sandbox.DefaultTransferRate * float64(time.Second))
+	least := time.Duration(float64(size-sandbox.TransferBurst-(128<<10)) / sandbox.DefaultTransferRate * float64(time.Second))
 	if r.Elapsed < least {
 		t.Fatalf("a %d-byte read beside another account's sandbox took %s, less than its pace allows (%s at %d bytes a second)", size, r.Elapsed, least, sandbox.DefaultTransferRate)
 	}

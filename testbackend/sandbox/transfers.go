@@ -47,9 +47,10 @@ const DefaultTransferRate = 4 << 20
 // past its timeout.
 const MinTransferRate = 2 << 20
 
-// transferBurst is how many bytes an account's transfers move at once
-// before the pace holds them.
-const transferBurst = 1 << 20
+// TransferBurst is how many bytes an account's transfers move at once
+// before the pace holds them. (A burst of 128 KiB did not move the
+// hostile-neighbour row measurably: results/README.md.)
+const TransferBurst = 1 << 20
 
 // transferPace is account's pace for a file transfer: Config.TransferRate
 // for all of its transfers together while other accounts have live

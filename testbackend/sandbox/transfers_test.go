@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/accountrate"
 )
 
 // transferRuntime holds every file read and write until the test lets it
@@ -232,7 +233,10 @@ func TestTransferWaitEndsWith429(t *testing.T) {
 // account's.
 func TestTransfersPacedWhileContended(t *testing.T) {
 	rt := newTransferRuntime()
-	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, TransferRate: MinTransferRate}, t.TempDir())
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt}, t.TempDir())
+	// A burst takes half a second to come back at this rate, far past
+	// within's deadline below, however slow the host.
+	m.paces = accountrate.New(2*TransferBurst, TransferBurst)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a := runningOf(ctx, t, m, "a", "base")
@@ -267,23 +271,23 @@ func TestTransfersPacedWhileContended(t *testing.T) {
 	pa := m.transferPace("a")
 	// Alone, burst after burst moves at once.
 	for i := range 4 {
-		if !within(pa, transferBurst) {
-			t.Fatalf("account a, alone, was held after %d bytes", i*transferBurst)
+		if !within(pa, TransferBurst) {
+			t.Fatalf("account a, alone, was held after %d bytes", i*TransferBurst)
 		}
 	}
 	runningOf(ctx, t, m, "b", "base")
 	// Beside b, a's burst moves at once and the next burst's worth waits
-	// for the rate (half a second at MinTransferRate).
-	for i := range transferBurst / container.PaceChunk {
+	// for the rate.
+	for i := range TransferBurst / container.PaceChunk {
 		if !within(pa, container.PaceChunk) {
 			t.Fatalf("account a was held after %d bytes, within its burst", i*container.PaceChunk)
 		}
 	}
-	if within(pa, transferBurst) {
+	if within(pa, TransferBurst) {
 		t.Fatalf("account a moved two bursts at once beside account b")
 	}
 	// b's pace is its own.
-	if !within(m.transferPace("b"), transferBurst) {
+	if !within(m.transferPace("b"), TransferBurst) {
 		t.Fatalf("account b was held by account a's transfers")
 	}
 }
