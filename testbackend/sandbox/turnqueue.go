@@ -30,7 +30,8 @@ import (
 // for d keeps its account's place in the share for rest times d more
 // after it ends (the slot itself is free for other accounts at once):
 // one account's calls then hold its share at most 1/(1+rest) of the
-// time (Config.StartDuty). An account alone never rests.
+// time (Config.StartDuty), a rest being at most maxRest. An account
+// alone never rests.
 
 // DefaultStartSlots is how many container starts run at once by default:
 // enough that a stuck start does not hold up the others, few enough that a
@@ -46,6 +47,11 @@ func DefaultStartShare() int { return max(1, runtime.NumCPU()/2) }
 // start that took d is followed by 3d in which the account starts
 // nothing more.
 const DefaultStartDuty = 0.25
+
+// maxRest bounds one rest: a start that hung for minutes (an engine that
+// stopped answering) does not keep its account from starting for three
+// times as long.
+const maxRest = 30 * time.Second
 
 // restFor is the rest after a call, in multiples of its time, that
 // keeps calls to duty of the time (0 < duty <= 1; 1: no rest).
@@ -128,11 +134,12 @@ func (q *turnQueue) release(account string, held time.Duration) {
 // account's place in the share rests first while contended.
 func (q *turnQueue) releaseLocked(account string, held time.Duration) {
 	q.running--
-	if rest := time.Duration(q.rest * float64(held)); rest > 0 && q.contended() {
+	if rest := min(time.Duration(q.rest*float64(held)), maxRest); rest > 0 && q.contended() {
 		q.after(rest, func() {
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.leaveLocked(account)
+			q.dispatchLocked()
 		})
 	} else {
 		q.leaveLocked(account)
@@ -145,7 +152,6 @@ func (q *turnQueue) leaveLocked(account string) {
 	if q.byAccount[account]--; q.byAccount[account] <= 0 {
 		delete(q.byAccount, account)
 	}
-	q.dispatchLocked()
 }
 
 // dispatchLocked hands free slots to the first waiter of each account in

@@ -131,8 +131,8 @@ func TestStartQueueShareWhileContended(t *testing.T) {
 // TestStartQueueRestsWhileContended: while contended, a call that held
 // its account's one place for d keeps the place taken for rest times d
 // after it ends: the account's next call waits out the rest while the
-// only slot serves another account at once; an account alone never
-// rests.
+// only slot serves another account at once; a rest is at most maxRest;
+// an account alone never rests.
 func TestStartQueueRestsWhileContended(t *testing.T) {
 	var contended atomic.Bool
 	contended.Store(true)
@@ -191,6 +191,22 @@ func TestStartQueueRestsWhileContended(t *testing.T) {
 	case ra = <-next:
 	case <-time.After(time.Minute):
 		t.Fatal("a's next start was not granted when its rest ended")
+	}
+
+	// A start that hung does not keep a out for three times as long.
+	advance(time.Minute)
+	ra()
+	select {
+	case tm := <-timers:
+		if tm.d != maxRest {
+			t.Fatalf("a rests %v after a start of a minute, want the most, %v", tm.d, maxRest)
+		}
+		tm.f()
+	default:
+		t.Fatal("a's start of a minute ended with no rest")
+	}
+	if ra, err = q.acquire(ctx, "a"); err != nil {
+		t.Fatal(err)
 	}
 
 	// Alone, a does not rest.
