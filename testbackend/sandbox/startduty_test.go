@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,9 +12,8 @@ import (
 // end, and says which sandbox's start went in and when.
 type heldStartRuntime struct {
 	*fakeRuntime
+	gates   // by container name: closing one lets its start end
 	entered chan startEntry
-	mu      sync.Mutex
-	gates   map[string]chan struct{} // by container name
 }
 
 type startEntry struct {
@@ -24,16 +22,7 @@ type startEntry struct {
 }
 
 func newHeldStartRuntime() *heldStartRuntime {
-	return &heldStartRuntime{fakeRuntime: newFakeRuntime(), entered: make(chan startEntry, 16), gates: map[string]chan struct{}{}}
-}
-
-func (r *heldStartRuntime) gate(name string) chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gates[name] == nil {
-		r.gates[name] = make(chan struct{})
-	}
-	return r.gates[name]
+	return &heldStartRuntime{fakeRuntime: newFakeRuntime(), entered: make(chan startEntry, 16)}
 }
 
 func (r *heldStartRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {

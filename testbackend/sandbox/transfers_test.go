@@ -16,25 +16,34 @@ import (
 // go, and says which ones are in it.
 type transferRuntime struct {
 	*fakeRuntime
+	gates   // by container: each receive lets one of its transfers end
 	mu      sync.Mutex
-	inside  map[string]int           // transfers in the runtime, by container
-	entered chan string              // a container id for each transfer that enters
-	gates   map[string]chan struct{} // by container: each receive lets one of its transfers end
-	paces   []container.Pacer        // the pace of each transfer, as it entered
+	inside  map[string]int    // transfers in the runtime, by container
+	entered chan string       // a container id for each transfer that enters
+	paces   []container.Pacer // the pace of each transfer, as it entered
 }
 
 func newTransferRuntime() *transferRuntime {
-	return &transferRuntime{fakeRuntime: newFakeRuntime(), inside: map[string]int{},
-		entered: make(chan string, 64), gates: map[string]chan struct{}{}}
+	return &transferRuntime{fakeRuntime: newFakeRuntime(), inside: map[string]int{}, entered: make(chan string, 64)}
 }
 
-func (r *transferRuntime) gate(id string) chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gates[id] == nil {
-		r.gates[id] = make(chan struct{})
+// gates hands out one channel per key, made when first asked for: a fake
+// runtime holds a call at its key's gate until the test lets it go.
+type gates struct {
+	mu sync.Mutex
+	by map[string]chan struct{}
+}
+
+func (g *gates) gate(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.by == nil {
+		g.by = map[string]chan struct{}{}
 	}
-	return r.gates[id]
+	if g.by[key] == nil {
+		g.by[key] = make(chan struct{})
+	}
+	return g.by[key]
 }
 
 func (r *transferRuntime) hold(ctx context.Context, id string, pace container.Pacer) error {
