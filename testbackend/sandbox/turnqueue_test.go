@@ -95,16 +95,7 @@ func TestStartQueueShareWhileContended(t *testing.T) {
 	q := newTurnQueue(8, 2, 0, func() bool { return true })
 	ctx := context.Background()
 	held := holdSlots(t, q, "a", 2)
-	third := make(chan func(), 1)
-	go func() {
-		r, err := q.acquire(ctx, "a")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		third <- r
-	}()
-	waitQueued(t, q, "a", 1)
+	third := acquireQueued(t, q, "a")
 	// b is not held up by a's waiting start.
 	rb, err := q.acquire(ctx, "b")
 	if err != nil {
@@ -161,16 +152,7 @@ func TestStartQueueRestsWhileContended(t *testing.T) {
 	if rest.d != 3*time.Second {
 		t.Fatalf("a rests %v after a start of 1s, want 3s", rest.d)
 	}
-	next := make(chan func(), 1)
-	go func() {
-		r, err := q.acquire(ctx, "a")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		next <- r
-	}()
-	waitQueued(t, q, "a", 1)
+	next := acquireQueued(t, q, "a")
 	// b is served at once: the rest holds a's place, not the slot.
 	rb, err := q.acquire(ctx, "b")
 	if err != nil {
@@ -262,6 +244,24 @@ func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 		held = append(held, r)
 	}
 	return held
+}
+
+// acquireQueued asks for a slot for account in the background and
+// returns once that call is the account's one waiter in line; the
+// call's release comes on the channel when it is granted.
+func acquireQueued(t *testing.T, q *turnQueue, account string) <-chan func() {
+	t.Helper()
+	granted := make(chan func(), 1)
+	go func() {
+		r, err := q.acquire(context.Background(), account)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		granted <- r
+	}()
+	waitQueued(t, q, account, 1)
+	return granted
 }
 
 func waitQueued(t *testing.T, q *turnQueue, account string, n int) {
