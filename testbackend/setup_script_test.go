@@ -1,9 +1,11 @@
 package testbackend
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -163,5 +165,62 @@ ensure_egress; echo "${summary[*]}"`, "egress", script)
 				t.Fatalf("INPUT after ensure_egress (%s):\n%s\nwant:\n%s", strings.TrimSpace(string(out)), got, want)
 			}
 		})
+	}
+}
+
+// TestSetupRuntimeYieldsOnStartsAndEnds runs the runtime script setup.sh
+// writes, with stand-ins for runsc and the create wrapper that print their
+// niceness and arguments: the calls that start and end sandboxes run 10
+// nicer than the engine that called them, "exec" (a command without the
+// agent) at the engine's own, and each passes its arguments through.
+func TestSetupRuntimeYieldsOnStartsAndEnds(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const standIn = "#!/bin/sh\necho \"$(nice) $(basename \"$0\") $*\"\n"
+	for _, name := range []string{"runsc", "rarecloud-runsc"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(standIn), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the function and its niceness: setup itself changes the machine.
+	gen := exec.Command("bash", "-c", `source <(sed -n '/^RC_RUNTIME_NICE=/p; /^runtime_script()/,/^}/p' "$1")
+RC_RUNSC=$2/runsc RC_RUNSC_CREATE=$2/rarecloud-runsc runtime_script`, "runtime", script, dir)
+	text, err := gen.CombinedOutput()
+	if err != nil {
+		t.Fatalf("runtime_script: %v\n%s", err, text)
+	}
+	runtime := filepath.Join(dir, "rarecloud-runtime")
+	if err := os.WriteFile(runtime, text, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("nice").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nicer := min(base+10, 19)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--root", "/r", "create", "--bundle", "/b", "c1"}, fmt.Sprintf("%d rarecloud-runsc --root /r create --bundle /b c1", nicer)},
+		{[]string{"--root", "/r", "start", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r start c1", nicer)},
+		{[]string{"--root", "/r", "kill", "c1", "9"}, fmt.Sprintf("%d runsc --platform=systrap --root /r kill c1 9", nicer)},
+		{[]string{"--root", "/r", "delete", "--force", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r delete --force c1", nicer)},
+		{[]string{"--root", "/r", "exec", "--process", "/p.json", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r exec --process /p.json c1", base)},
+	} {
+		got, err := exec.Command(runtime, tc.args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, got)
+		}
+		if strings.TrimSpace(string(got)) != tc.want {
+			t.Errorf("%v ran as %q, want %q", tc.args, strings.TrimSpace(string(got)), tc.want)
+		}
 	}
 }
