@@ -15,10 +15,7 @@ import (
 // acceptance tests of ephemeral resources and env_wo would skip) or
 // unreadable is refused, 1.11 and newer pass.
 func TestSetupRefusesOldTerraform(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := setupScript(t)
 	for version, ok := range map[string]bool{
 		"1.9.8": false, "1.10.5": false, "0.15.0": false, "garbage": false, "": false,
 		"1.11.0": true, "1.11.4": true, "1.12.1": true, "2.0.0": true,
@@ -47,10 +44,7 @@ func TestSetupRefusesOldTerraform(t *testing.T) {
 // fails with the end of the log when the build fails or is gone without
 // an outcome, and starts a build when none runs.
 func TestSetupWaitsForTheBackgroundOpenTofuBuild(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := setupScript(t)
 	// The functions only, with their paths in a temporary directory; the
 	// build is a stand-in that carries the marker argument, installs a
 	// stand-in tofu and writes its outcome after a second.
@@ -103,10 +97,7 @@ start_tofu() { echo "start_tofu called"; fake_build ok; }
 // refuses egress control while setup said "egress ok"), it ends with one
 // accept, ahead of the reject; with it ahead already, nothing changes.
 func TestSetupPlacesTheEgressAcceptAheadOfTheReject(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := setupScript(t)
 	const (
 		dnsAccept = "-A INPUT -d 172.30.99.1/32 -i rcsbx0 -p udp -m udp --dport 53 -m comment --comment rarecloud-sandbox -j ACCEPT"
 		reject    = "-A INPUT -i rcsbx0 -m comment --comment rarecloud-sandbox -j REJECT --reject-with icmp-port-unreachable"
@@ -174,10 +165,7 @@ ensure_egress; echo "${summary[*]}"`, "egress", script)
 // nicer than the engine that called them, "exec" (a command without the
 // agent) at the engine's own, and each passes its arguments through.
 func TestSetupRuntimeYieldsOnStartsAndEnds(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := setupScript(t)
 	dir := t.TempDir()
 	const standIn = "#!/bin/sh\necho \"$(nice) $(basename \"$0\") $*\"\n"
 	for _, name := range []string{"runsc", "rarecloud-runsc"} {
@@ -223,4 +211,15 @@ RC_RUNSC=$2/runsc RC_RUNSC_CREATE=$2/rarecloud-runsc runtime_script`, "runtime",
 			t.Errorf("%v ran as %q, want %q", tc.args, strings.TrimSpace(string(got)), tc.want)
 		}
 	}
+}
+
+// setupScript is the absolute path of scripts/setup.sh, whose functions
+// these tests run alone.
+func setupScript(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "setup.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
