@@ -133,8 +133,6 @@ func notStarted(err error) error {
 	return fmt.Errorf("%w: %w", container.ErrExecNotStarted, err)
 }
 
-// collectOutput reads an exec's multiplexed output into capped buffers
-// until the streams close, ctx ends, or (with a timeout) execGoGrace after
 // Prepare attaches to the container's agent and runs one no-op shell
 // through it: a sandbox's first command would otherwise pay the attach
 // (an engine round trip and a hijacked connection) and gVisor's first
@@ -155,6 +153,8 @@ func (d *Runtime) Prepare(ctx context.Context, id string) error {
 	return nil
 }
 
+// collectOutput reads an exec's multiplexed output into capped buffers
+// until the streams close, ctx ends, or (with a timeout) execGoGrace after
 // the timeout: then it closes the connection and reports TimedOut.
 func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req container.ExecRequest, stopped <-chan struct{}) (container.ExecResult, error) {
 	var res container.ExecResult
