@@ -93,6 +93,9 @@ type Config struct {
 	// Agent is the host path of the sandbox agent; default the one make
 	// setup installs ("none": commands go through the engine's exec).
 	Agent string
+	// AgentAttachOnly drives agents over the engine's attach stream only,
+	// not over their own sockets (docker.Options.EngineAttachOnly).
+	AgentAttachOnly bool
 	// ValidateResponses checks every answer against openapi.yaml before it
 	// goes out and turns one that does not match into a 500 naming the
 	// mismatch: test runs set it, so that no test passes on an undocumented
@@ -299,6 +302,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			ImageBudgetBytes: cfg.ImageBudgetBytes,
 			Instance:         instance.ID(dataDir),
 			Agent:            cfg.Agent,
+			EngineAttachOnly: cfg.AgentAttachOnly,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("container engine: %w", err)

@@ -1,9 +1,12 @@
 // Package agent is the small process that runs as a sandbox's main
-// process and runs commands for the backend. It talks only over its own
-// stdin and stdout, which the engine attaches to the backend: nothing in
-// the sandbox can reach the backend any other way, and the agent runs as
-// the sandbox user like everything else in it. It saves the engine's exec
-// machinery (a new runtime process per command) on every call.
+// process and runs commands for the backend. It talks over its own stdin
+// and stdout, which the engine attaches to the backend, and, when the
+// backend gives it one, over a Unix socket the backend listens on for it
+// alone (channel.go): the backend stops listening once the agent has
+// connected, before any sandbox code runs, so nothing in the sandbox can
+// reach the backend any other way. The agent runs as the sandbox user like
+// everything else in it. It saves the engine's exec machinery (a new
+// runtime process per command) on every call.
 package agent
 
 import (
@@ -50,6 +53,9 @@ type Response struct {
 	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
 	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
 	DurationUs      int64  `json:"durationUs"`
+	// Channel answers a ping: the state of the agent's socket to the
+	// backend (ChannelConnected, or why not), "" when it was given none.
+	Channel string `json:"channel,omitempty"`
 	// Error is set when the process could not be started at all.
 	Error string `json:"error,omitempty"`
 	// NotFound is set when the program does not exist (exit code 127 in a shell).
@@ -64,6 +70,12 @@ const MaxLine = 16 << 20
 // (frame.go) until in ends.
 // Each request runs in its own goroutine; responses go out as they finish.
 func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	return ServeChannel(ctx, in, out, "")
+}
+
+// ServeChannel is Serve whose ping answers report channel (see
+// Response.Channel).
+func ServeChannel(ctx context.Context, in io.Reader, out io.Writer, channel string) error {
 	var mu sync.Mutex
 	send := func(res Response) {
 		mu.Lock()
@@ -81,7 +93,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 			continue
 		}
 		if req.Ping {
-			send(Response{ID: req.ID, Protocol: Protocol})
+			send(Response{ID: req.ID, Protocol: Protocol, Channel: channel})
 			continue
 		}
 		wg.Add(1)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
 // secretScanScript walks the whole file system (not /proc, /sys, /dev
@@ -101,7 +103,7 @@ func TestNoCredentialsInside(t *testing.T) {
 	t.Run("mounts", func(t *testing.T) {
 		out := ok(t, "mounts", c.command(sb, "cat /proc/mounts", 10000))
 		allowed := []string{"/", "/dev", "/dev/pts", "/dev/shm", "/proc", "/sys", "/tmp", "/home/user",
-			"/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/.rarecloud-agent"}
+			"/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/.rarecloud-agent", ocispec.ChannelTarget}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 4 {
@@ -112,6 +114,9 @@ func TestNoCredentialsInside(t *testing.T) {
 			}
 			if f[1] == "/.rarecloud-agent" && !strings.HasPrefix(f[3], "ro") {
 				t.Errorf("the agent binary is mounted writable: %q", line)
+			}
+			if f[1] == ocispec.ChannelTarget && !strings.HasPrefix(f[3], "ro") {
+				t.Errorf("the agent's channel directory is mounted writable: %q", line)
 			}
 		}
 		for _, n := range append(needles, "docker.sock", "containerd") {

@@ -1,7 +1,8 @@
-// Package ocispec holds the one edit the sandbox runtime wrapper
-// (cmd/rarecloud-runsc) makes to an OCI spec, and the annotation the
-// container runtime uses to ask for it. It is kept small: the wrapper runs
-// on every runsc call the engine makes.
+// Package ocispec holds what the sandbox runtime wrapper
+// (cmd/rarecloud-runsc) reads and edits in an OCI spec on create: the
+// network namespace the backend prepared (netns.go) and the agent channel
+// that needs runsc's --host-uds (channel.go). It is kept small: the
+// wrapper runs on every create the engine makes.
 package ocispec
 
 import (

@@ -1,6 +1,8 @@
 // Command rarecloud-agent is a sandbox's main process when the backend
-// drives it through its attached stdin and stdout (see package agent);
-// run as "rarecloud-agent cat PATH" it reads one file for the file route.
+// drives it through its attached stdin and stdout and, run as
+// "rarecloud-agent --channel SOCKET", through that Unix socket as well
+// (see package agent); run as "rarecloud-agent cat PATH" it reads one file
+// for the file route.
 // It does not exit when its input ends: stdin stays open across attaches,
 // and a backend that restarts attaches again.
 package main
@@ -8,6 +10,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,8 +37,21 @@ func main() {
 	agent.Reap()
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	// The channel is dialled before stdin is read: when the backend's
+	// ping over stdin is answered, the connect has been made or failed.
+	channel := ""
+	if len(os.Args) == 3 && os.Args[1] == agent.ChannelFlag {
+		var conn net.Conn
+		conn, channel = agent.DialChannel(os.Args[2])
+		if conn != nil {
+			go func() {
+				_ = agent.ServeChannel(context.Background(), conn, conn, channel)
+				_ = conn.Close()
+			}()
+		}
+	}
 	go func() {
-		if err := agent.Serve(context.Background(), os.Stdin, os.Stdout); err != nil {
+		if err := agent.ServeChannel(context.Background(), os.Stdin, os.Stdout, channel); err != nil {
 			fmt.Fprintln(os.Stderr, "rarecloud-agent:", err)
 		}
 	}()

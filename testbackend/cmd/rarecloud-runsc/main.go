@@ -5,8 +5,10 @@
 // sandbox bridge) joins it instead of a new, empty one,
 // so the engine never sets up a network for it (its libnetwork re-executions
 // and prestart hook cost about half a CPU-second per sandbox on this kind of
-// machine). Every other call, and every other container, passes through
-// unchanged. The engine's runtime is a shell script setup writes
+// machine). A container whose spec mounts an agent channel's directory
+// (ocispec.WantsChannel) is created with runsc's --host-uds=open, so that
+// its agent can connect to the backend's socket there. Every other call,
+// and every other container, passes through unchanged. The engine's runtime is a shell script setup writes
 // (rarecloud-runtime), which runs this program for "create" calls only and
 // runsc directly for the rest: per call, this program added 8.6-11.5 ms of
 // CPU to runsc's own here, the shell script 3.2-3.9 ms (2026-12-02).
@@ -31,12 +33,21 @@ func main() {
 	}
 	runsc := filepath.Join(filepath.Dir(self), "runsc")
 	args := os.Args[1:]
+	argv := []string{runsc, platformFlag}
 	if bundle, id, ok := ocispec.CreateCall(args); ok {
-		if err := ocispec.JoinPreparedNetns(filepath.Join(bundle, "config.json"), id); err != nil {
+		spec := filepath.Join(bundle, "config.json")
+		if err := ocispec.JoinPreparedNetns(spec, id); err != nil {
 			fail("%v", err)
 		}
+		channel, err := ocispec.WantsChannel(spec)
+		if err != nil {
+			fail("%v", err)
+		}
+		if channel {
+			argv = append(argv, ocispec.HostUDSFlag)
+		}
 	}
-	argv := append([]string{runsc, platformFlag}, args...)
+	argv = append(argv, args...)
 	if err := syscall.Exec(runsc, argv, os.Environ()); err != nil {
 		fail("exec %s: %v", runsc, err)
 	}

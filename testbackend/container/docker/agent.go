@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -24,8 +25,9 @@ import (
 
 // The agent is a static binary that make setup builds. A sandbox that
 // waits for commands runs it as its main process; the backend talks to it
-// over the container's attached stdin and stdout instead of creating an
-// engine exec (a new runtime process) per command.
+// over its channel (channel.go), else over the container's attached stdin
+// and stdout, instead of creating an engine exec (a new runtime process)
+// per command.
 const (
 	// DefaultAgentPath is where make setup installs the agent.
 	DefaultAgentPath = "/usr/local/lib/rarecloud/bin/rarecloud-agent"
@@ -73,12 +75,15 @@ func (d *Runtime) mountAgent(hc *dockercontainer.HostConfig) {
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: d.agentPath, Target: agentTarget, ReadOnly: true})
 }
 
-// agentSession is one attach to one container's agent.
+// agentSession is one attach to one container's agent, and the agent's
+// channel (channel.go) when it has one: requests go over the channel then,
+// and answers are read from both.
 type agentSession struct {
 	hj      io.Closer
-	w       io.Writer
 	writeMu sync.Mutex
+	w       io.Writer // guarded by writeMu: the channel when there is one, else the attach stream
 	mu      sync.Mutex
+	conn    net.Conn // guarded by mu: the channel, nil without one
 	pending map[uint64]pendingCall
 	// forgotten holds the requests whose caller gave up (timeout, cancel):
 	// their answers still come, and are dropped, read at the pace the
@@ -89,6 +94,41 @@ type agentSession struct {
 	stray     int // bytes of answers to no pending request so far
 	done      chan struct{}
 	err       error
+	endOnce   sync.Once
+}
+
+// useChannel sends the session's requests over conn from now on.
+func (s *agentSession) useChannel(conn net.Conn) {
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
+	s.writeMu.Lock()
+	s.w = conn
+	s.writeMu.Unlock()
+}
+
+// close closes the attach stream and the channel; the readers then end
+// the session.
+func (s *agentSession) close() {
+	_ = s.hj.Close()
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+// end ends the session with err, once: the first reader to stop ends it
+// for both, and later calls fail with err.
+func (s *agentSession) end(err error) {
+	s.endOnce.Do(func() {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(s.done)
+		s.close()
+	})
 }
 
 // session returns the container's agent session, attaching when there is
@@ -98,7 +138,7 @@ type agentSession struct {
 // time, shared by every caller that needs it (see attachSession).
 func (d *Runtime) session(ctx context.Context, id string) (*agentSession, bool, error) {
 	d.sessMu.Lock()
-	if s := d.sessions[id]; s != nil {
+	if s := d.liveSession(id); s != nil {
 		d.sessMu.Unlock()
 		return s, true, nil
 	}
@@ -126,7 +166,7 @@ func (d *Runtime) session(ctx context.Context, id string) (*agentSession, bool, 
 	}
 
 	d.sessMu.Lock()
-	if s := d.sessions[info.ID]; s != nil {
+	if s := d.liveSession(info.ID); s != nil {
 		d.sessMu.Unlock()
 		return s, true, nil
 	}
@@ -147,6 +187,21 @@ func (d *Runtime) session(ctx context.Context, id string) (*agentSession, bool, 
 		return nil, true, c.err
 	}
 	return c.s, true, nil
+}
+
+// liveSession is the container's session unless it has ended (its
+// watcher removes it from sessions soon after, not at once). sessMu held.
+func (d *Runtime) liveSession(id string) *agentSession {
+	s := d.sessions[id]
+	if s == nil {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	default:
+		return s
+	}
 }
 
 // attachCall is one attach to a container's agent in flight; done is
@@ -185,15 +240,10 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 
 	// The session outlives the request that opened it.
 	hj, err := d.cli.ContainerAttach(context.Background(), cid, dockercontainer.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	d.sessMu.Lock()
-	defer d.sessMu.Unlock()
 	if err != nil {
+		d.sessMu.Lock()
+		defer d.sessMu.Unlock()
 		finish(nil, d.containerErr("attach to", alias, err))
-		return
-	}
-	if d.closed || d.attaching[cid] != c {
-		hj.Close() // given up, or the runtime closed meanwhile
-		finish(nil, fmt.Errorf("runtime: attach to container %s: the runtime is closed", cid))
 		return
 	}
 	// Every attached client sees every answer, so ids start at a random
@@ -207,7 +257,20 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 		}
 		pw.CloseWithError(err)
 	}()
-	go d.readResponses(cid, s, pr)
+	go func() {
+		err := s.readFrames(pr)
+		d.sessionEnded(cid, s, fmt.Errorf("agent session with %s ended: %w", cid, err))
+	}()
+	if ch := d.takeChannel(cid); ch != nil {
+		d.connectChannel(cid, s, ch)
+	}
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
+	if d.closed || d.attaching[cid] != c {
+		s.close() // given up, or the runtime closed meanwhile
+		finish(nil, fmt.Errorf("runtime: attach to container %s: the runtime is closed", cid))
+		return
+	}
 	d.sessions[cid] = s
 	if alias != cid {
 		d.sessions[alias] = s
@@ -270,16 +333,13 @@ func (s *agentSession) room(id uint64) (int, bool, container.Pacer) {
 // the agent.
 var errHostileAgent = errors.New("the sandbox wrote into the channel between the backend and its agent")
 
-func (d *Runtime) readResponses(id string, s *agentSession, r io.Reader) {
-	err := s.readFrames(r)
+// sessionEnded ends the session when one of its readers stopped, and the
+// container too when what the agent sent was not an agent's.
+func (d *Runtime) sessionEnded(id string, s *agentSession, err error) {
 	if errors.Is(err, errHostileAgent) {
 		d.hostileAgent(id, err)
 	}
-	s.mu.Lock()
-	s.err = fmt.Errorf("agent session with %s ended: %w", id, err)
-	s.mu.Unlock()
-	close(s.done)
-	_ = s.hj.Close()
+	s.end(err)
 }
 
 // readFrames hands each answer to its caller until r ends (io.EOF or the
@@ -525,7 +585,7 @@ func (d *Runtime) closeSessions() {
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
 	for k, s := range d.sessions {
-		_ = s.hj.Close()
+		s.close()
 		delete(d.sessions, k)
 	}
 }

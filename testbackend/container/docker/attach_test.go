@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,13 +33,15 @@ type fakeEngine struct {
 	mu       sync.Mutex
 	attaches map[string]int
 	entered  map[string]chan struct{} // closed at a container's first attach
+	dial     map[string]string        // the channel socket a container's agent dials when pinged
+	conns    []net.Conn               // channels the fake agents connected
 }
 
 var fakePath = regexp.MustCompile(`^(?:/v[0-9.]+)?/containers/([^/]+)/(json|attach)$`)
 
 func newFakeEngine(t *testing.T, stuck ...string) *fakeEngine {
 	t.Helper()
-	e := &fakeEngine{stuck: map[string]bool{}, release: make(chan struct{}), attaches: map[string]int{}, entered: map[string]chan struct{}{}}
+	e := &fakeEngine{stuck: map[string]bool{}, release: make(chan struct{}), attaches: map[string]int{}, entered: map[string]chan struct{}{}, dial: map[string]string{}}
 	for _, id := range stuck {
 		e.stuck[id] = true
 	}
@@ -47,6 +50,11 @@ func newFakeEngine(t *testing.T, stuck ...string) *fakeEngine {
 		e.unstick()
 		srv.CloseClientConnections()
 		srv.Close()
+		e.mu.Lock()
+		for _, c := range e.conns {
+			_ = c.Close()
+		}
+		e.mu.Unlock()
 	})
 	e.addr = srv.Listener.Addr().String()
 	return e
@@ -111,13 +119,35 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = rw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
 	_ = rw.Flush()
-	fakeAgent(conn, rw.Reader)
+	fakeAgent(stdcopy.NewStdWriter(conn, stdcopy.Stdout), rw.Reader, "", func() string { return e.connect(id) })
 }
 
-// fakeAgent answers agent requests read from r on conn, framed as the
-// engine frames a container's stdout.
-func fakeAgent(conn net.Conn, r *bufio.Reader) {
-	out := stdcopy.NewStdWriter(conn, stdcopy.Stdout)
+// connect is what the container's agent does on a ping: it dials the
+// channel socket the test set for the container, if any, and serves
+// requests there (tagging their output "channel:"). It returns the ping's
+// Channel.
+func (e *fakeEngine) connect(id string) string {
+	e.mu.Lock()
+	path := e.dial[id]
+	e.mu.Unlock()
+	if path == "" {
+		return "" // an agent that was given no channel, or knows none
+	}
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return "not connected: " + err.Error()
+	}
+	e.mu.Lock()
+	e.conns = append(e.conns, conn)
+	e.mu.Unlock()
+	go fakeAgent(conn, bufio.NewReader(conn), "channel:", func() string { return agent.ChannelConnected })
+	return agent.ChannelConnected
+}
+
+// fakeAgent answers agent requests read from r on out: a ping with the
+// protocol and ping's channel, anything else with exit code 0 and tag and
+// its argv on stdout.
+func fakeAgent(out io.Writer, r *bufio.Reader, tag string, ping func() string) {
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
@@ -127,9 +157,15 @@ func fakeAgent(conn net.Conn, r *bufio.Reader) {
 		if json.Unmarshal(line, &req) != nil {
 			return
 		}
-		zero := 0
-		stdout, _ := json.Marshal(req.Argv)
-		if agent.WriteFrame(out, agent.Response{ID: req.ID, ExitCode: &zero, Stdout: stdout}) != nil {
+		res := agent.Response{ID: req.ID, Protocol: agent.Protocol}
+		if req.Ping {
+			res.Channel = ping()
+		} else {
+			zero := 0
+			argv, _ := json.Marshal(req.Argv)
+			res.ExitCode, res.Stdout = &zero, append([]byte(tag), argv...)
+		}
+		if agent.WriteFrame(out, res) != nil {
 			return
 		}
 	}

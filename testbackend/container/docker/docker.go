@@ -73,6 +73,10 @@ type Options struct {
 	// EngineNetworking has the engine network sandboxes even where the
 	// backend could wire them itself (package netwire): to compare the two.
 	EngineNetworking bool
+	// EngineAttachOnly has the backend talk to agents over the engine's
+	// attach stream only, without their channels (channel.go): to compare
+	// the two.
+	EngineAttachOnly bool
 
 	// Pulls (registry.go, docker_images.go, image_store.go). AllowRegistries
 	// are registries (host[:port], exactly as image references spell them)
@@ -109,7 +113,11 @@ type Runtime struct {
 	sessMu    sync.Mutex               // guards the maps below; never held across an engine call
 	sessions  map[string]*agentSession // by container id
 	attaching map[string]*attachCall   // attaches in flight, by full container id
-	closed    bool                     // Close ran: late attaches are closed at once
+	channels  map[string]*agentChannel // channels no attach has taken yet, by full container id
+	// channelDir holds the agents' channels; "" drives agents over the
+	// attach stream only.
+	channelDir string
+	closed     bool // Close ran: late attaches are closed at once
 	// attachTimeout bounds an attach to an agent (tests shorten it).
 	attachTimeout time.Duration
 	noAgent       map[string]bool   // containers known to have no agent
@@ -184,6 +192,11 @@ func New(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: docker client: %w", err)
 	}
+	agentPath := resolveAgent(opts.Agent)
+	channelDir, err := channelDirFor(opts, agentPath)
+	if err != nil {
+		return nil, err
+	}
 	var own *netwire.Wiring
 	if !opts.EngineNetworking && network != NetworkNone {
 		if own, err = ownNetFor(network, cli.DaemonHost()); err != nil {
@@ -201,9 +214,11 @@ func New(opts Options) (*Runtime, error) {
 		dns:      dns,
 		own:      own,
 
-		agentPath:   resolveAgent(opts.Agent),
+		agentPath:   agentPath,
 		sessions:    map[string]*agentSession{},
 		attaching:   map[string]*attachCall{},
+		channels:    map[string]*agentChannel{},
+		channelDir:  channelDir,
 		weightFiles: map[string]cpuWeightFile{},
 
 		attachTimeout: defaultAttachTimeout,
@@ -241,6 +256,7 @@ func (d *Runtime) Close() error {
 	d.closed = true
 	d.sessMu.Unlock()
 	d.closeSessions()
+	d.closeChannels()
 	if d.mayOwnParent() {
 		_ = RemoveCgroupParent(d.instance, false) // best effort: the reaper tries again
 	}

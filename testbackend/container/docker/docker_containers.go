@@ -50,12 +50,14 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 	cfg := d.containerConfig(spec)
 	hc := d.hostConfig(spec)
 	hc.CgroupParent = d.cgroupParent(ctx)
+	agentMain := false
 	switch {
 	case d.agentPath == "":
 	case spec.RunMode:
 		d.mountAgent(hc)
 	default:
 		d.useAgent(cfg, hc)
+		agentMain = true
 	}
 	if err := d.useDNS(hc); err != nil {
 		return "", err
@@ -66,10 +68,17 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 			return "", err
 		}
 	}
+	var ch *agentChannel // made last of all that can fail before the create
+	if agentMain {
+		ch = d.openChannel(cfg, hc)
+	}
 	neutralise(cfg, hc, img, spec) // last: it sees every mount of the backend's
 
 	created, err := d.cli.ContainerCreate(ctx, cfg, hc, d.endpointFor(spec), nil, spec.Name)
 	if err != nil {
+		if ch != nil {
+			ch.close()
+		}
 		if hosts != "" {
 			_ = os.Remove(hosts)
 		}
@@ -83,6 +92,7 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 		}
 	}
 	d.startedFrom(spec.Image) // a container uses it now: no hold needed
+	d.keepChannel(created.ID, ch)
 	if d.own != nil {
 		if err := d.wireNet(created.ID, spec.IPv4, hosts); err != nil {
 			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -247,9 +257,10 @@ func (d *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // removed forgets what the runtime kept of a container that is gone: its
-// network wiring and its CPU weight file.
+// network wiring, its CPU weight file and its agent channel.
 func (d *Runtime) removed(id string) {
 	d.releaseNet(id)
+	d.dropChannel(id)
 	d.forgetCPUWeight(id)
 	d.removeLeftCgroups(id)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
 // One test per field of an image's metadata (image_policy.go): each builds
@@ -159,7 +160,7 @@ func TestImageVolumeBecomesTmpfs(t *testing.T) {
 
 	info := inspectContainer(t, d, id)
 	for _, m := range info.Mounts {
-		if m.Type == "volume" || m.Type == "bind" && !strings.HasPrefix(m.Destination, "/etc/") && m.Destination != agentTarget {
+		if m.Type == "volume" || m.Type == "bind" && !strings.HasPrefix(m.Destination, "/etc/") && m.Destination != agentTarget && m.Destination != ocispec.ChannelTarget {
 			t.Errorf("the image's VOLUME became an engine mount: %+v", m)
 		}
 	}
