@@ -12,7 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/owndir"
 )
 
 // geteuid is os.Geteuid; tests stand in for another user with it.
@@ -52,27 +53,23 @@ func ResolveDataDir(dir string) (string, error) {
 // process's user, and writable by neither its group nor others: whoever
 // can write it can plant a dev token, records or links in it.
 func CheckDataDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("create the data directory: %w", err)
-		}
-		fi, err = os.Lstat(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
+	err := owndir.Ensure(dir, 0o022)
+	var r *owndir.Refusal
+	var c *owndir.CreateError
 	switch {
-	case fi.Mode()&os.ModeSymlink != 0:
+	case err == nil:
+		return nil
+	case errors.As(err, &c):
+		return fmt.Errorf("create the data directory: %w", c.Err)
+	case !errors.As(err, &r):
+		return fmt.Errorf("data directory: %w", err)
+	case r.Problem == owndir.Link:
 		return fmt.Errorf("data directory %s is a symbolic link: pass the directory itself as --data (the backend follows no links in its data directory)", dir)
-	case !fi.IsDir():
+	case r.Problem == owndir.NotDir:
 		return fmt.Errorf("data directory %s is not a directory: pass a directory as --data", dir)
+	case r.Problem == owndir.Owner:
+		return fmt.Errorf("data directory %s is owned by uid %d, not by this backend's user (uid %d): chown it, or pass a directory of this user's as --data", dir, r.UID, geteuid())
+	default:
+		return fmt.Errorf("data directory %s may be written by its group or others (mode %04o): run chmod 700 %s, or pass another --data", dir, r.Perm, dir)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != geteuid() {
-		return fmt.Errorf("data directory %s is owned by uid %d, not by this backend's user (uid %d): chown it, or pass a directory of this user's as --data", dir, st.Uid, geteuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return fmt.Errorf("data directory %s may be written by its group or others (mode %04o): run chmod 700 %s, or pass another --data", dir, perm, dir)
-	}
-	return nil
 }

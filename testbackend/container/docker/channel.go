@@ -7,13 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/owndir"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
@@ -47,34 +47,28 @@ func (c *agentChannel) close() {
 	_ = os.RemoveAll(c.dir)
 }
 
-// channelDirFor prepares the directory the channels' directories go in:
-// "" when the backend does not use channels (EngineAttachOnly, no agent),
-// or cannot make the directory (not root, for example: then the agents
-// are driven over the attach stream only). A directory that exists must be
-// the backend's own and closed to others; anything else is an error.
-func channelDirFor(opts Options, agentPath string) (string, error) {
-	if opts.EngineAttachOnly || agentPath == "" {
+// channelDirFor prepares dir, the directory the channels' directories go
+// in: "" when the backend does not use channels (attachOnly, no agent),
+// or cannot make the directory or look into it (not root, for example:
+// then the agents are driven over the attach stream only). One that exists
+// must be the backend's own, not a link, and closed to others: whoever
+// could reach into it could connect to an agent's socket before the agent.
+func channelDirFor(dir string, attachOnly bool, agentPath string) (string, error) {
+	if attachOnly || agentPath == "" {
 		return "", nil
 	}
-	dir := ocispec.ChannelDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrPermission) {
-			return "", nil
-		}
-		return "", fmt.Errorf("runtime: agent channel directory %s: %w", dir, err)
-	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return "", fmt.Errorf("runtime: agent channel directory %s: %w", dir, err)
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
+	err := owndir.Ensure(dir, 0o077)
+	var r *owndir.Refusal
 	switch {
-	case !st.IsDir():
-		return "", fmt.Errorf("runtime: agent channel directory %s is not a directory (a symlink?): remove it, and the backend makes it", dir)
-	case st.Mode().Perm()&0o077 != 0 || !ok || int(sys.Uid) != os.Geteuid():
-		return "", fmt.Errorf("runtime: agent channel directory %s must belong to the backend's user with mode 0700 (it has %v): fix it, or remove it and the backend makes it", dir, st.Mode().Perm())
+	case err == nil:
+		return dir, nil
+	case errors.As(err, &r):
+		return "", fmt.Errorf("runtime: agent channel directory %s must be a directory of the backend's user with mode 0700, not a link (%v): fix it, or remove it and the backend makes it", dir, r)
+	case errors.Is(err, os.ErrPermission):
+		return "", nil
+	default:
+		return "", fmt.Errorf("runtime: agent channel directory %s: %w", dir, err)
 	}
-	return dir, nil
 }
 
 // openChannel makes a channel for a container that runs the agent, and

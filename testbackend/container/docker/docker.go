@@ -19,6 +19,7 @@ import (
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/netwire"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
 // Defaults that match what scripts/setup.sh creates.
@@ -193,7 +194,7 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: docker client: %w", err)
 	}
 	agentPath := resolveAgent(opts.Agent)
-	channelDir, err := channelDirFor(opts, agentPath)
+	channelDir, err := channelDirFor(ocispec.ChannelDir, opts.EngineAttachOnly, agentPath)
 	if err != nil {
 		return nil, err
 	}
