@@ -212,3 +212,42 @@ func TestAgentChannelClosedWhenCreateFails(t *testing.T) {
 		t.Fatalf("a refused create left %d channels open", n)
 	}
 }
+
+// TestChannelDirChecked: the channels' directory is made 0700 when
+// missing and used; one that others may reach into, or a link, is
+// refused; without an agent, or attach-only, there is none.
+func TestChannelDirChecked(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	fresh := filepath.Join(base, "run", "channels")
+	if got, err := channelDirFor(fresh, false, "/agent"); err != nil || got != fresh {
+		t.Fatalf("a missing directory: %q, %v", got, err)
+	}
+	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the directory made: %v, %v; want mode 0700", fi, err)
+	}
+	for _, off := range []struct {
+		attachOnly bool
+		agent      string
+	}{{true, "/agent"}, {false, ""}} {
+		if got, err := channelDirFor(fresh, off.attachOnly, off.agent); err != nil || got != "" {
+			t.Fatalf("attach-only %v, agent %q: %q, %v; want none", off.attachOnly, off.agent, got, err)
+		}
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(fresh, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{open, link} {
+		if got, err := channelDirFor(dir, false, "/agent"); err == nil || got != "" {
+			t.Errorf("%s: %q, %v; want it refused", dir, got, err)
+		}
+	}
+}
