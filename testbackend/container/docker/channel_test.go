@@ -251,3 +251,29 @@ func TestChannelDirChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestImageVolumeAtTheChannel: an image whose VOLUME names the channel's
+// target, or a path under it, does not take the channel from its agent:
+// the backend's read-only mount stays, the agent connects, and the
+// directory is gone from the host once it has.
+func TestImageVolumeAtTheChannel(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, Options{})
+	for _, vol := range []string{ocispec.ChannelTarget, ocispec.ChannelTarget + "/x"} {
+		spec := testSpec(t)
+		spec.Image = buildImage(t, d, "", fromBase("VOLUME "+vol))
+		id := start(t, d, spec)
+		d.sessMu.Lock()
+		ch := d.channels[id]
+		d.sessMu.Unlock()
+		if ch == nil {
+			t.Fatalf("VOLUME %s: no channel made", vol)
+		}
+		if !onChannel(t, d, id) {
+			t.Fatalf("VOLUME %s: the session is not on the channel", vol)
+		}
+		if _, err := os.Stat(ch.dir); !os.IsNotExist(err) {
+			t.Fatalf("VOLUME %s: the channel's directory on the host: %v, want it removed", vol, err)
+		}
+	}
+}
