@@ -169,7 +169,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
 	measure := func(name string, attackPid int, cpu *string) *row {
 		fmt.Fprintf(os.Stderr, "soak: %s\n", name)
-		w := startCPUWindow(b.proc.Pid(), attackPid)
+		w := startCPUWindow(instance.ID(data), b.proc.Pid(), attackPid)
 		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
 		*cpu = w.String()
 		return r

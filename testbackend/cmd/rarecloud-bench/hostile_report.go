@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
 )
 
 // What the hostile-neighbour phase found: the well-behaved account's runs,
@@ -35,18 +37,21 @@ type hostileReport struct {
 	CPU [3]string `json:"cpu"`
 }
 
-// cpuWindow measures the CPU of a run: the host's busy time, the bench
-// process's (the well-behaved account's client, and the attacks' when
-// they run inline), the attacks' process's when they have one, and the
-// backend's.
+// cpuWindow measures the CPU of a run: the host's busy time, what of it
+// the sandboxes of the backend's instance used (its own cgroup parent's
+// accounting, when the engine's driver gives it one), the bench process's
+// (the well-behaved account's client, and the attacks' when they run
+// inline), the attacks' process's when they have one, and the backend's.
 type cpuWindow struct {
-	t0                              time.Time
-	host, bench, attackers, backend time.Duration
-	backendPid, attackPid           int
+	t0                                         time.Time
+	host, sandboxes, bench, attackers, backend time.Duration
+	instance                                   string
+	backendPid, attackPid                      int
 }
 
-func startCPUWindow(backendPid, attackPid int) cpuWindow {
-	w := cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), backendPid: backendPid, attackPid: attackPid}
+func startCPUWindow(instance string, backendPid, attackPid int) cpuWindow {
+	w := cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), instance: instance, backendPid: backendPid, attackPid: attackPid}
+	w.sandboxes, _ = docker.SandboxesCPU(instance)
 	if attackPid != 0 {
 		w.attackers = pidCPU(attackPid)
 	}
@@ -56,11 +61,17 @@ func startCPUWindow(backendPid, attackPid int) cpuWindow {
 func (w cpuWindow) String() string {
 	wall := time.Since(w.t0)
 	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
+	busy := hostBusy() - w.host
+	split := ""
+	if now, err := docker.SandboxesCPU(w.instance); err == nil && w.sandboxes > 0 {
+		in := now - w.sandboxes
+		split = fmt.Sprintf(" (sandboxes %.0f%%, outside them %.0f%%)", share(in), share(max(busy-in, 0)))
+	}
 	attackers := ""
 	if w.attackPid != 0 {
 		attackers = fmt.Sprintf(", attack clients %.0f%%", share(pidCPU(w.attackPid)-w.attackers))
 	}
-	return fmt.Sprintf("%.0f%%; bench %.0f%%%s, backend %.0f%%", share(hostBusy()-w.host), share(pidCPU(os.Getpid())-w.bench), attackers, share(pidCPU(w.backendPid)-w.backend))
+	return fmt.Sprintf("%.0f%%%s; bench %.0f%%%s, backend %.0f%%", share(busy), split, share(pidCPU(os.Getpid())-w.bench), attackers, share(pidCPU(w.backendPid)-w.backend))
 }
 
 // pidCPU is a process's CPU time so far (user and system), 0 when it
@@ -122,7 +133,7 @@ func (h *hostileReport) markdown() string {
 	for _, s := range h.Setup {
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
-	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
+	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d) (in the sandboxes, outside them); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
 	for _, x := range []struct {
 		name string
 		r    *row
