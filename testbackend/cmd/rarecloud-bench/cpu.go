@@ -2,34 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
-)
 
-// hostBusy is the CPU time all of the host's CPUs have been busy (user,
-// nice, system, irq, softirq, steal) since boot, from /proc/stat, or 0 when
-// unknown. Its resolution is a clock tick (10 ms).
-func hostBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/hostcpu"
+)
 
 // cpuCost adds up the host's busy CPU time of one kind of operation.
 type cpuCost struct {
@@ -39,9 +15,9 @@ type cpuCost struct {
 
 // measure runs f and adds the host's busy CPU time while it ran.
 func (c *cpuCost) measure(f func() error) error {
-	b := hostBusy()
+	b := hostcpu.Busy()
 	err := f()
-	c.total += hostBusy() - b
+	c.total += hostcpu.Busy() - b
 	c.n++
 	return err
 }

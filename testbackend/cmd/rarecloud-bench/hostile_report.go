@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container/docker"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/hostcpu"
 )
 
 // What the hostile-neighbour phase found: the well-behaved account's runs,
@@ -50,7 +51,7 @@ type cpuWindow struct {
 }
 
 func startCPUWindow(instance string, backendPid, attackPid int) cpuWindow {
-	w := cpuWindow{t0: time.Now(), host: hostBusy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), instance: instance, backendPid: backendPid, attackPid: attackPid}
+	w := cpuWindow{t0: time.Now(), host: hostcpu.Busy(), bench: pidCPU(os.Getpid()), backend: pidCPU(backendPid), instance: instance, backendPid: backendPid, attackPid: attackPid}
 	w.sandboxes, _ = docker.SandboxesCPU(instance)
 	if attackPid != 0 {
 		w.attackers = pidCPU(attackPid)
@@ -61,7 +62,7 @@ func startCPUWindow(instance string, backendPid, attackPid int) cpuWindow {
 func (w cpuWindow) String() string {
 	wall := time.Since(w.t0)
 	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
-	busy := hostBusy() - w.host
+	busy := hostcpu.Busy() - w.host
 	split := ""
 	if now, err := docker.SandboxesCPU(w.instance); err == nil && w.sandboxes > 0 {
 		in := now - w.sandboxes

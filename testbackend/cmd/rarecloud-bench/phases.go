@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/backendproc"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/hostcpu"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/sandbox"
 )
 
@@ -79,11 +80,11 @@ func (s *session) steadyCosted(rate float64, n int, call func(id string) error) 
 			return nil, err
 		}
 	}
-	b0, t0 := hostBusy(), time.Now()
+	b0, t0 := hostcpu.Busy(), time.Now()
 	arrivals := steady(s.ctx, s.wc, "base", rate, n, call)
-	busy, wall := hostBusy()-b0, time.Since(t0)
+	busy, wall := hostcpu.Busy()-b0, time.Since(t0)
 	settled := s.settle()
-	total := hostBusy() - b0
+	total := hostcpu.Busy() - b0
 	if prof != nil {
 		// Accounting goes off before anything else, whatever happened.
 		byProcess, err := prof.stop(n)

@@ -3,13 +3,12 @@ package docker
 import (
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/internal/hostcpu"
 )
 
 // TestCgroupCPUUsage: v1's cpuacct.usage is nanoseconds, v2's usage_usec
@@ -68,7 +67,7 @@ func TestSandboxesCPUCountsTheirWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	own0 := containerCPU(t, d, id)
-	busy0 := testHostBusy(t)
+	busy0 := hostcpu.Busy()
 	// Meanwhile this process keeps a CPU busy outside every sandbox: a
 	// count of the host's, not the sandboxes', would take that in.
 	var stop atomic.Bool
@@ -92,7 +91,7 @@ func TestSandboxesCPUCountsTheirWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := containerCPU(t, d, id) - own0
-	busy := testHostBusy(t) - busy0
+	busy := hostcpu.Busy() - busy0
 	used := after - before
 	t.Logf("the sandbox's loop: %v of CPU (its own cgroup %v); the host busy %v meanwhile", used, own, busy)
 	if used < 100*time.Millisecond {
@@ -127,23 +126,4 @@ func containerCPU(t *testing.T, d *Runtime, id string) time.Duration {
 	}
 	t.Fatalf("no CPU accounting for container %s", id)
 	return 0
-}
-
-// testHostBusy is the time the host's CPUs have been busy since boot.
-func testHostBusy(t *testing.T) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
 }
