@@ -21,7 +21,13 @@ import (
 // accounting (no container of the instance started under it yet, or
 // another cgroup driver).
 func SandboxesCPU(instance string) (time.Duration, error) {
-	dirs, err := cgroupDirs("/" + cgroupParentName(instance))
+	return cgroupCPU("/" + cgroupParentName(instance))
+}
+
+// cgroupCPU is the CPU time charged to the cgroup at path and its
+// descendants, from the first hierarchy mounted here that accounts it.
+func cgroupCPU(path string) (time.Duration, error) {
+	dirs, err := cgroupDirs(path)
 	if err != nil {
 		return 0, err
 	}
@@ -30,7 +36,7 @@ func SandboxesCPU(instance string) (time.Duration, error) {
 			return used, err
 		}
 	}
-	return 0, fmt.Errorf("runtime: no CPU accounting for the containers of instance %s", instance)
+	return 0, fmt.Errorf("runtime: no CPU accounting for cgroup %s", path)
 }
 
 // cgroupCPUUsage reads the CPU time charged to the cgroup directory dir

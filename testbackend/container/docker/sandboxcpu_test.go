@@ -112,18 +112,9 @@ func TestSandboxesCPUCountsTheirWork(t *testing.T) {
 // containerCPU is what the container's own cgroup was charged.
 func containerCPU(t *testing.T, d *Runtime, id string) time.Duration {
 	t.Helper()
-	dirs, err := cgroupDirs(d.cgroupParent(t.Context()) + "/" + id)
+	used, err := cgroupCPU(d.cgroupParent(t.Context()) + "/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range dirs {
-		if used, ok, err := cgroupCPUUsage(dir); ok || err != nil {
-			if err != nil {
-				t.Fatal(err)
-			}
-			return used
-		}
-	}
-	t.Fatalf("no CPU accounting for container %s", id)
-	return 0
+	return used
 }
