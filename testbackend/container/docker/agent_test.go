@@ -57,10 +57,18 @@ func TestAgentReapsOrphans(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		wantExit(t, exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "(sleep 0.2 &) ; true"}, Timeout: 10 * time.Second, MaxOutput: 1 << 20}), 0)
 	}
-	time.Sleep(time.Second)
-	res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "ps -eo stat= | grep -c '^Z' || true"}, Timeout: 10 * time.Second, MaxOutput: 1 << 20})
-	if strings.TrimSpace(string(res.Stdout)) != "0" {
-		t.Fatalf("zombies left: %q", res.Stdout)
+	// The orphans end 0.2 s after their commands; wait for that, then
+	// for no zombie to be left.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "ps -eo stat=,args= | grep -c -e '^Z' -e ' sleep 0\\.2$' || true"}, Timeout: 10 * time.Second, MaxOutput: 1 << 20})
+		if strings.TrimSpace(string(res.Stdout)) == "0" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphans or zombies left 20 s after their commands: %q", res.Stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
