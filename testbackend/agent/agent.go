@@ -99,6 +99,10 @@ func ServeChannel(ctx context.Context, in io.Reader, out io.Writer, channel stri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if res, ok := catInProcess(req); ok {
+				send(res)
+				return
+			}
 			send(run(ctx, req))
 		}()
 	}

@@ -23,7 +23,8 @@ const (
 // file without blocking and checks what it opened, so a FIFO put at the
 // path at any moment (even between a check and the open) is refused at
 // once, never waited on: the shell's `< path` would wait for a writer
-// until the file route's timeout.
+// until the file route's timeout. A writer that has all it keeps
+// (errEnough) ends the copy as a success.
 func Cat(path string, w, errw io.Writer) int {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -60,7 +61,7 @@ func Cat(path string, w, errw io.Writer) int {
 		fmt.Fprintln(errw, err)
 		return 1
 	}
-	if _, err := io.Copy(w, f); err != nil {
+	if _, err := io.Copy(w, f); err != nil && !errors.Is(err, errEnough) {
 		fmt.Fprintln(errw, err)
 		return 1
 	}

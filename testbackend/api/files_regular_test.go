@@ -18,8 +18,9 @@ const notRegularWait = 20 * time.Second
 // TestFilesNotRegular: reading or writing a device, a FIFO or a socket
 // is 400 FILE_NOT_REGULAR at once, a directory 400 IS_A_DIRECTORY, in a
 // real sandbox, and the refused write leaves the file as it was; a
-// symlink to a device reads as the device and a write replaces it, and
-// regular files (through a symlink too) still read and write.
+// symlink to a device reads as the device and a write replaces it, a
+// file the sandbox user may not read is 403, and regular files (through
+// a symlink too) still read and write.
 func TestFilesNotRegular(t *testing.T) {
 	t.Parallel()
 	c := realBackend(t)
@@ -38,7 +39,8 @@ func TestFilesNotRegular(t *testing.T) {
 		t.Fatalf("write a regular file: %v", r)
 	}
 	out := c.Command(tokA, id, `mkfifo /tmp/fifo && ln -s /dev/zero /tmp/zero-link && ln -s /tmp/regular.txt /tmp/regular-link &&
-python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("/tmp/sock")' && ls -l /tmp/fifo /tmp/sock`, 0)
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("/tmp/sock")' && ls -l /tmp/fifo /tmp/sock &&
+echo secret > /tmp/secret && chmod 000 /tmp/secret`, 0)
 	if exitCode(t, out) != 0 {
 		t.Fatalf("making the odd files: %v", out)
 	}
@@ -48,6 +50,9 @@ python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("/tmp/sock")' && l
 		apitest.ExpectErr(t, write(path, "x"), http.StatusBadRequest, "FILE_NOT_REGULAR")
 	}
 	apitest.ExpectErr(t, read("/tmp/zero-link"), http.StatusBadRequest, "FILE_NOT_REGULAR")
+	// Read as the sandbox user: a file of its own it may not read is
+	// refused (the agent reads without a process, as that user).
+	apitest.ExpectErr(t, read("/tmp/secret"), http.StatusForbidden, "PERMISSION_DENIED")
 	for _, path := range []string{"/tmp", "/dev", "/home/user/"} {
 		apitest.ExpectErr(t, read(path), http.StatusBadRequest, "IS_A_DIRECTORY")
 		apitest.ExpectErr(t, write(path, "x"), http.StatusBadRequest, "IS_A_DIRECTORY")

@@ -27,6 +27,12 @@ const (
 // sandbox (killing the docker exec client does not kill the process), and the
 // Go side gives up execGoGrace later in any case.
 func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest) (container.ExecResult, error) {
+	return d.exec(ctx, id, req, nil)
+}
+
+// exec is Exec, with agentCmd (when not nil) run instead of req.Cmd when
+// the container's agent takes the request.
+func (d *Runtime) exec(ctx context.Context, id string, req container.ExecRequest, agentCmd []string) (container.ExecResult, error) {
 	var res container.ExecResult
 	if len(req.Cmd) == 0 {
 		return res, errors.New("runtime: exec: empty command")
@@ -34,6 +40,9 @@ func (d *Runtime) Exec(ctx context.Context, id string, req container.ExecRequest
 	if s, ok, err := d.session(ctx, id); err != nil {
 		return res, notStarted(err)
 	} else if ok {
+		if agentCmd != nil {
+			req.Cmd = agentCmd
+		}
 		return d.execAgent(ctx, id, s, req)
 	}
 	argv := req.Cmd
