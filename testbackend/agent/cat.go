@@ -25,7 +25,14 @@ const (
 // once, never waited on: the shell's `< path` would wait for a writer
 // until the file route's timeout. A writer that has all it keeps
 // (errEnough) ends the copy as a success.
-func Cat(path string, w, errw io.Writer) int {
+func Cat(path string, w, errw io.Writer) int { return cat(path, w, errw, nil) }
+
+// catDeclined is what cat returns for a file decline turned down.
+const catDeclined = -1
+
+// cat is Cat, which, when decline (if any) says so of the regular file
+// it opened, reads nothing and returns catDeclined.
+func cat(path string, w, errw io.Writer, decline func(fd int) bool) int {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		switch {
@@ -56,6 +63,9 @@ func Cat(path string, w, errw io.Writer) int {
 		return CatDirectory
 	case !st.Mode().IsRegular():
 		return CatNotRegular
+	}
+	if decline != nil && decline(fd) {
+		return catDeclined
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		fmt.Fprintln(errw, err)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // CatCommand is the argv that runs the agent's own cat on path in a
@@ -26,7 +28,9 @@ var errEnough = errors.New("output limit reached")
 // the file with the same permissions and answers the same; under gVisor
 // a process start is most of a small read's time. It stops reading once
 // the limit is passed (the answer says truncated), where a process would
-// read the file to its end. Any other request is not its own (false).
+// read the file to its end. A file on procfs is left to a process (false),
+// as is any other request: there /proc/self is the reader, and the agent
+// is not dumpable so that sandbox code cannot look into it.
 func catInProcess(req Request) (Response, bool) {
 	if len(req.Argv) != 3 || req.Argv[0] != self || req.Argv[1] != "cat" || !filepath.IsAbs(req.Argv[2]) || req.MaxOutput <= 0 {
 		return Response{}, false
@@ -34,7 +38,10 @@ func catInProcess(req Request) (Response, bool) {
 	start := time.Now()
 	stdout := &capped{max: req.MaxOutput}
 	stderr := &capped{max: req.MaxOutput}
-	code := Cat(req.Argv[2], enough{stdout}, stderr)
+	code := cat(req.Argv[2], enough{stdout}, stderr, onProcfs)
+	if code == catDeclined {
+		return Response{}, false
+	}
 	return Response{
 		ID:              req.ID,
 		ExitCode:        &code,
@@ -56,4 +63,10 @@ func (e enough) Write(p []byte) (int, error) {
 		return n, errEnough
 	}
 	return n, nil
+}
+
+// onProcfs says whether fd is a file of procfs (or cannot tell).
+func onProcfs(fd int) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(fd, &st) != nil || st.Type == unix.PROC_SUPER_MAGIC
 }

@@ -57,15 +57,18 @@ func TestCatAnsweredInProcess(t *testing.T) {
 }
 
 // TestCatInProcessOnlyItsOwn: only the agent's own cat of an absolute
-// path with an output limit is taken in process; anything else runs as a
-// process, as it always did.
+// path with an output limit, not on procfs (where /proc/self would be the
+// agent), is taken in process; anything else runs as a process, as it
+// always did. Red without the procfs check: the agent's own status is
+// read.
 func TestCatInProcessOnlyItsOwn(t *testing.T) {
 	for name, req := range map[string]Request{
-		"its own cat":     {Argv: CatCommand(self, "/etc/hostname"), MaxOutput: 10},
-		"another program": {Argv: CatCommand("/bin/other", "/etc/hostname"), MaxOutput: 10},
-		"relative path":   {Argv: CatCommand(self, "hostname"), MaxOutput: 10},
-		"no limit":        {Argv: CatCommand(self, "/etc/hostname")},
-		"more arguments":  {Argv: append(CatCommand(self, "/etc/hostname"), "x"), MaxOutput: 10},
+		"its own cat":      {Argv: CatCommand(self, "/etc/hostname"), MaxOutput: 10},
+		"another program":  {Argv: CatCommand("/bin/other", "/etc/hostname"), MaxOutput: 10},
+		"relative path":    {Argv: CatCommand(self, "hostname"), MaxOutput: 10},
+		"no limit":         {Argv: CatCommand(self, "/etc/hostname")},
+		"more arguments":   {Argv: append(CatCommand(self, "/etc/hostname"), "x"), MaxOutput: 10},
+		"a file of procfs": {Argv: CatCommand(self, "/proc/self/status"), MaxOutput: 1 << 20},
 	} {
 		if _, ok := catInProcess(req); ok != (name == "its own cat") {
 			t.Errorf("%s: taken in process %v", name, ok)
