@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -73,16 +74,51 @@ func (p *Process) Pid() int { return p.Cmd.Process.Pid }
 // Done is closed when the process has ended.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Start starts the backend and waits until it accepts connections, with
-// backoff. A process that exits before that is an error.
+// freeAddr picks the port Start tries; tests give it addresses of their
+// own.
+var freeAddr = FreeAddr
+
+// startAttempts bounds how often Start picks another free port because
+// another listener took the one it picked before the backend bound it
+// (tests and servers running beside it bind ports of their own).
+const startAttempts = 5
+
+// Start starts the backend and waits until it listens, with backoff. A
+// process that exits before that is an error; when Start picked the port
+// and found another listener on it, it picks another and starts again.
 func Start(o Options) (*Process, error) {
-	addr := o.Addr
-	if addr == "" {
-		var err error
-		if addr, err = FreeAddr(); err != nil {
-			return nil, err
+	var (
+		p     *Process
+		taken bool
+		err   error
+	)
+	for range startAttempts {
+		addr := o.Addr
+		if addr == "" {
+			if addr, err = freeAddr(); err != nil {
+				break
+			}
+		}
+		p, taken, err = start(o, addr)
+		if err == nil || !taken || o.Addr != "" {
+			break
 		}
 	}
+	if o.Log != nil {
+		if err != nil {
+			o.Log.Close()
+		} else {
+			go func() { <-p.done; o.Log.Close() }()
+		}
+	}
+	return p, err
+}
+
+// start is one attempt of Start on addr. taken says that the process
+// ended before it listened while another listener answered on addr: a
+// connection that succeeds proves nothing until the listening socket is
+// the process's own (ownsListener).
+func start(o Options, addr string) (p *Process, taken bool, err error) {
 	cmd := exec.Command(o.Binary, append([]string{"--listen", addr}, o.Args...)...)
 	if o.Log != nil {
 		cmd.Stdout, cmd.Stderr = o.Log, o.Log
@@ -91,14 +127,11 @@ func Start(o Options) (*Process, error) {
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	p := &Process{Cmd: cmd, Addr: addr, done: make(chan struct{})}
+	p = &Process{Cmd: cmd, Addr: addr, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		if o.Log != nil {
-			o.Log.Close()
-		}
 		close(p.done)
 	}()
 	timeout := o.ListenTimeout
@@ -111,19 +144,60 @@ func Start(o Options) (*Process, error) {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			conn.Close()
-			return p, nil
+			if ownsListener(p.Pid(), addr) {
+				return p, false, nil
+			}
+			taken = true
 		}
 		select {
 		case <-p.done:
-			return nil, fmt.Errorf("backend exited before it listened: %v", p.err)
+			return nil, taken, fmt.Errorf("backend exited before it listened on %s: %v", addr, p.err)
 		case <-time.After(wait):
 		}
 		if time.Now().After(deadline) {
 			p.Kill()
-			return nil, fmt.Errorf("backend did not listen on %s within %s", addr, timeout)
+			return nil, false, fmt.Errorf("backend did not listen on %s within %s", addr, timeout)
 		}
 		wait = min(wait*2, 200*time.Millisecond)
 	}
+}
+
+// ownsListener says whether process pid holds the socket listening on
+// addr (a loopback IPv4 address): /proc/<pid>/net/tcp names the
+// listening socket's inode, and one of the process's descriptors must be
+// that socket.
+func ownsListener(pid int, addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false
+	}
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return false
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		if len(f) < 10 || f[3] != "0A" || !strings.HasSuffix(f[1], fmt.Sprintf(":%04X", n)) {
+			continue
+		}
+		inodes["socket:["+f[9]+"]"] = true
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[link] {
+			return true
+		}
+	}
+	return false
 }
 
 // Kill ends the process with SIGKILL, as a crash would, and waits for it.
