@@ -9,11 +9,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// CatArg is the agent binary's argument that makes it Cat the path after
+// it instead of serving (cmd/rarecloud-agent, the backend's readScript).
+const CatArg = "cat"
+
 // CatCommand is the argv that runs the agent's own cat on path in a
-// sandbox whose agent binary is at self: what the backend's file reads
-// send. The agent that is asked for it answers it without a process
-// (catInProcess); an agent that runs it as one answers the same.
-func CatCommand(self, path string) []string { return []string{self, "cat", path} }
+// sandbox whose agent binary is at agentPath: what the backend's file
+// reads send. The agent that is asked for it answers it without a
+// process (catInProcess); an agent that runs it as one answers the same.
+func CatCommand(agentPath, path string) []string { return []string{agentPath, CatArg, path} }
 
 // self is the path the agent was started as, what CatCommand names it;
 // a variable so that tests can give it another.
@@ -32,7 +36,7 @@ var errEnough = errors.New("output limit reached")
 // as is any other request: there /proc/self is the reader, and the agent
 // is not dumpable so that sandbox code cannot look into it.
 func catInProcess(req Request) (Response, bool) {
-	if len(req.Argv) != 3 || req.Argv[0] != self || req.Argv[1] != "cat" || !filepath.IsAbs(req.Argv[2]) || req.MaxOutput <= 0 {
+	if len(req.Argv) != 3 || req.Argv[0] != self || req.Argv[1] != CatArg || !filepath.IsAbs(req.Argv[2]) || req.MaxOutput <= 0 {
 		return Response{}, false
 	}
 	start := time.Now()

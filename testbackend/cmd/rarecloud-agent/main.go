@@ -23,7 +23,7 @@ import (
 func main() {
 	// "cat PATH": the file route's reader (agent.Cat), a process of its
 	// own that the backend's read script runs.
-	if len(os.Args) == 3 && os.Args[1] == "cat" {
+	if len(os.Args) == 3 && os.Args[1] == agent.CatArg {
 		os.Exit(agent.Cat(os.Args[2], os.Stdout, os.Stderr))
 	}
 	// Sandbox code runs as the same user: without this it could open

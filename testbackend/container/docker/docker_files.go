@@ -35,7 +35,7 @@ mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 	// checked again through the open descriptor, so a device put at the
 	// path after the first check is refused too; only a FIFO put there in
 	// between can still hold the open, until fileTimeout.
-	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` cat "$1"
+	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` ` + agent.CatArg + ` "$1"
 [ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
 [ -f "$1" ] || exit 13
