@@ -34,6 +34,7 @@ const hostileWarmUp = 3 * time.Second
 type hostileOptions struct {
 	ops         int     // well-behaved commands per run
 	concurrency int     // goroutines per looping attack
+	rounds      int     // quiet runs each followed by one beside the attacks
 	maxP99Ratio float64 // the p99 ratio past which the soak fails
 	attacks     string  // -hostile-attacks: which attacks run
 	clients     string  // -hostile-clients: where the attacks' clients run
@@ -167,42 +168,63 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	}
 
 	h := &hostileReport{Ops: ho.ops, Limit: ho.maxP99Ratio}
-	measure := func(name string, attackPid int, cpu *string) *row {
+	measure := func(name string, n, attackPid int) (*row, cpuUse) {
 		fmt.Fprintf(os.Stderr, "soak: %s\n", name)
 		w := startCPUWindow(instance.ID(data), b.proc.Pid(), attackPid)
-		r := repeat(ho.ops, func() error { return good.command(ctx, victim, 0) }, name)
-		*cpu = w.String()
-		return r
+		r := repeat(n, func() error { return good.command(ctx, victim, 0) }, name)
+		return r, w.stop()
 	}
-	h.Quiet = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), 0, &h.CPU[0])
-
+	// Rounds: a quiet run, then one beside the attacks, ho.rounds times.
+	// Each condition pools its rounds, so both are measured over the same
+	// minutes and a slow spell of the machine weighs on both alike. The
+	// sandboxes the attacks use stay between rounds (as in the first quiet
+	// run); the flood, the bursts' and the jobs' sandboxes do not.
 	plan := attackPlan{Base: b.url, Files: files, Flooder: flooder, On: on, Concurrency: ho.concurrency}
-	var atk attackRunner
-	if ho.clients == clientsInline {
-		atk = startAttacks(plan)
-	} else if atk, err = startAttackProcess(plan, ho.clients == clientsNiced); err != nil {
-		return nil, err
+	var quiet, loaded []*row
+	var cpuQuiet, cpuLoaded cpuUse
+	var res attackResult
+	for i, n := range splitOps(ho.ops, ho.rounds) {
+		q, use := measure(fmt.Sprintf("hostile neighbour: round %d of %d: %d commands of the well-behaved account, quiet", i+1, ho.rounds, n), n, 0)
+		quiet, cpuQuiet = append(quiet, q), cpuQuiet.add(use)
+		var atk attackRunner
+		if ho.clients == clientsInline {
+			atk = startAttacks(plan)
+		} else if atk, err = startAttackProcess(plan, ho.clients == clientsNiced); err != nil {
+			return nil, err
+		}
+		time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
+		l, use := measure(fmt.Sprintf("hostile neighbour: round %d of %d: %d commands of the well-behaved account, beside the hostile account", i+1, ho.rounds, n), n, atk.pid())
+		loaded, cpuLoaded = append(loaded, l), cpuLoaded.add(use)
+		h.round(q, l)
+		r, err := atk.stop()
+		if err != nil {
+			return nil, err
+		}
+		res.add(r)
+		fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
+		// The hostile account's sandboxes go, but for the attacks' own
+		// until the last round: a burst's or a job's delete answered 429
+		// (never retried) leaves one behind.
+		keep := []string{files, flooder}
+		if i == ho.rounds-1 {
+			keep = nil
+		}
+		if ids, err := evil.list(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: hostile neighbour: listing the hostile sandboxes:", err)
+		} else {
+			evilIDs = ids
+		}
+		evil.deleteAll(ctx, slices.DeleteFunc(slices.Clone(evilIDs), func(id string) bool { return slices.Contains(keep, id) }))
+		evilIDs = keep
+		if err := b.waitPool(ctx, o.pool); err != nil {
+			return nil, err
+		}
 	}
-	time.Sleep(hostileWarmUp) // until the jobs and bursts are under way
-	h.Loaded = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), atk.pid(), &h.CPU[1])
-	res, err := atk.stop()
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintln(os.Stderr, "soak: hostile neighbour: attacks stopped")
-	// Every sandbox of the hostile account goes: a burst's or a job's
-	// delete answered 429 (never retried) leaves one behind.
-	if ids, err := evil.list(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "soak: hostile neighbour: listing the hostile sandboxes:", err)
-	} else {
-		evilIDs = ids
-	}
-	evil.deleteAll(ctx, evilIDs)
-	evilIDs = nil
-	if err := b.waitPool(ctx, o.pool); err != nil {
-		return nil, err
-	}
-	h.After = measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), 0, &h.CPU[2])
+	h.Quiet = pooled(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet", ho.ops), quiet...)
+	h.Loaded = pooled(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, beside the hostile account", ho.ops), loaded...)
+	h.CPU[0], h.CPU[1] = cpuQuiet.String(), cpuLoaded.String()
+	after, use := measure(fmt.Sprintf("hostile neighbour: %d commands of the well-behaved account, quiet again", ho.ops), ho.ops, 0)
+	h.After, h.CPU[2] = after, use.String()
 	if err := good.delete(ctx, victim); err != nil {
 		return nil, err
 	}
@@ -219,7 +241,7 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	h.verdict()
 	h.Setup = []string{
 		fmt.Sprintf("a backend of its own (--max-in-flight %d, warm pool %d, --host-share 0.5, --host-memory %d GiB, --memory-overcommit 1: the account's share is 6 GiB, the flood's python sandbox, the files' base sandbox and two more), two accounts; the hostile one never honours Retry-After", so.maxInFlight, o.pool, hostileHostMemory>>30),
-		fmt.Sprintf("the well-behaved account: %d × `echo` in one base sandbox, one at a time, quiet, then beside the attacks, then quiet again once they stopped and the hostile sandboxes are deleted", ho.ops),
+		fmt.Sprintf("the well-behaved account: %d × `echo` in one base sandbox, one at a time, in %d rounds of a quiet run then one beside the attacks (each condition's rounds pooled), then quiet again once the attacks stopped and the hostile sandboxes are deleted", ho.ops, ho.rounds),
 		fmt.Sprintf("the hostile account's attacks (-hostile-attacks): %s", strings.Join(slices.DeleteFunc(slices.Clone(attackKeys), func(k string) bool { return !on[k] }), ", ")),
 		fmt.Sprintf("the hostile account: each attack in %d goroutines looping as fast as their answers come (create bursts: one loop, %d at once, every 250 ms; the DNS flood: one for the whole run), in %s, on the same %d cores as the backend and the well-behaved account", ho.concurrency, hostileBurst, clientsWhere(ho.clients), runtime.NumCPU()),
 	}
@@ -234,6 +256,19 @@ func soakHostile(ctx context.Context, o options, so soakOptions, bin, tokens, wo
 	rep.Notes = append(rep.Notes, fmt.Sprintf("hostile neighbour: the well-behaved account's p99 %.1f ms quiet, %.1f ms beside the attacks: %.2f× (limit %.2f×); hostile answers not allowed: %d; containers left: %d",
 		h.QuietP99, h.LoadedP99, h.RatioP99, h.Limit, h.FailureCount, leaked))
 	return problems, nil
+}
+
+// splitOps splits ops commands into rounds runs whose sizes differ by at
+// most one.
+func splitOps(ops, rounds int) []int {
+	out := make([]int, rounds)
+	for i := range out {
+		out[i] = ops / rounds
+		if i < ops%rounds {
+			out[i]++
+		}
+	}
+	return out
 }
 
 // sandboxID is the id in a create's answer.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,19 @@ type attackResult struct {
 	Failed []string       `json:"failed"`
 }
 
+// add counts another round's answers in r, each attack's under its name.
+func (r *attackResult) add(o attackResult) {
+	for _, s := range o.Stats {
+		i := slices.IndexFunc(r.Stats, func(x *attackStats) bool { return x.Name == s.Name })
+		if i < 0 {
+			r.Stats = append(r.Stats, &attackStats{Name: s.Name})
+			i = len(r.Stats) - 1
+		}
+		r.Stats[i].add(s)
+	}
+	r.Failed = append(r.Failed, o.Failed...)
+}
+
 // attackRunner is a set of running attacks.
 type attackRunner interface {
 	// stop ends the attacks and says what they were answered.
@@ -77,10 +91,14 @@ type attackRunner interface {
 
 // inlineAttacks run in the bench's process.
 type inlineAttacks struct {
-	c    *hostileClient
-	halt atomic.Bool
-	wg   sync.WaitGroup
+	c       *hostileClient
+	halt    atomic.Bool
+	wg      sync.WaitGroup
+	flooder string // the flood's sandbox, "" when it does not flood
 }
+
+// floodPIDFile is where the flood's sandbox keeps its process id.
+const floodPIDFile = "/home/user/flood.pid"
 
 // startAttacks starts the loops of plan and returns once they are under
 // way: the DNS flood (when it runs) has sent its first thousand queries.
@@ -158,7 +176,10 @@ func startAttacks(p attackPlan) *inlineAttacks {
 		// The flood runs inside its sandbox, bounded by its own clock and by
 		// the sandbox's delete; it is under way once it has sent a thousand.
 		ran := expect{200: ""}
-		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("nohup python3 -c %s %s 600 >/dev/null 2>&1 &", attacks.ShellQuote(attacks.DNSFloodScript), floodName), "timeoutMs": 20000})
+		// Its process id is kept so that stop ends it, and a round's quiet
+		// run after has no flood.
+		a.flooder = p.Flooder
+		start, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf("rm -f %s; nohup python3 -c %s %s 600 >/dev/null 2>&1 & echo $! > %s", attacks.DNSFloodMark, attacks.ShellQuote(attacks.DNSFloodScript), floodName, floodPIDFile), "timeoutMs": 20000})
 		a.c.do(atkDNS, http.MethodPost, "/sandboxes/"+p.Flooder+"/commands", start, ran, false)
 		flooding := false
 		for deadline := time.Now().Add(time.Minute); !flooding && time.Now().Before(deadline); {
@@ -178,6 +199,18 @@ func (a *inlineAttacks) pid() int { return 0 }
 func (a *inlineAttacks) stop() (attackResult, error) {
 	a.halt.Store(true)
 	a.wg.Wait()
+	if a.flooder != "" {
+		// The flood ends with the attacks, and stop returns once it has.
+		halt, _ := json.Marshal(map[string]any{"cmd": "p=$(cat " + floodPIDFile + ") && kill $p && while kill -0 $p 2>/dev/null; do sleep 0.05; done", "timeoutMs": 20000})
+		st, body, _ := a.c.do(atkDNS, http.MethodPost, "/sandboxes/"+a.flooder+"/commands", halt, expect{200: ""}, false)
+		for try := 0; try < 5 && (st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable); try++ {
+			time.Sleep(time.Second)
+			st, body, _ = a.c.do(atkDNS, http.MethodPost, "/sandboxes/"+a.flooder+"/commands", halt, expect{200: ""}, false)
+		}
+		if !bytes.Contains(body, []byte(`"exitCode":0`)) {
+			a.c.fail(atkDNS, fmt.Sprintf("stopping the flood: HTTP %d %s", st, body))
+		}
+	}
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
 	res := attackResult{Failed: a.c.failed}

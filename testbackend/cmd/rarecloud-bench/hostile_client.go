@@ -57,6 +57,18 @@ type attackStats struct {
 	Failures int            `json:"failures"`
 }
 
+// add counts another round's answers in st.
+func (st *attackStats) add(o *attackStats) {
+	if st.ByStatus == nil {
+		st.ByStatus = map[string]int{}
+	}
+	for k, n := range o.ByStatus {
+		st.ByStatus[k] += n
+	}
+	st.Slowest = max(st.Slowest, o.Slowest)
+	st.Failures += o.Failures
+}
+
 // hostileClient is the hostile account: one attempt per request, never
 // honouring Retry-After, each answer judged and counted.
 type hostileClient struct {

@@ -36,6 +36,22 @@ type hostileReport struct {
 	// host was and how much of that the bench process and the backend
 	// took.
 	CPU [3]string `json:"cpu"`
+	// Rounds are the quiet and loaded runs round by round; Quiet and
+	// Loaded pool them.
+	Rounds []hostileRound `json:"rounds"`
+}
+
+// hostileRound is one round: a quiet run, then one beside the attacks.
+type hostileRound struct {
+	QuietP99  float64 `json:"quietP99Ms"`
+	LoadedP99 float64 `json:"loadedP99Ms"`
+	RatioP99  float64 `json:"ratioP99"`
+}
+
+// round records a round's two runs.
+func (h *hostileReport) round(quiet, loaded *row) {
+	q, l := p99(quiet), p99(loaded)
+	h.Rounds = append(h.Rounds, hostileRound{QuietP99: q, LoadedP99: l, RatioP99: ratio(l, q)})
 }
 
 // cpuWindow measures the CPU of a run: the host's busy time, what of it
@@ -59,20 +75,51 @@ func startCPUWindow(instance string, backendPid, attackPid int) cpuWindow {
 	return w
 }
 
-func (w cpuWindow) String() string {
-	wall := time.Since(w.t0)
-	share := func(d time.Duration) float64 { return 100 * d.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())) }
-	busy := hostcpu.Busy() - w.host
-	split := ""
+// stop is what the window's processes used since it started.
+func (w cpuWindow) stop() cpuUse {
+	u := cpuUse{wall: time.Since(w.t0), busy: hostcpu.Busy() - w.host, bench: pidCPU(os.Getpid()) - w.bench, backend: pidCPU(w.backendPid) - w.backend}
 	if now, err := docker.SandboxesCPU(w.instance); err == nil && w.sandboxes > 0 {
-		in := now - w.sandboxes
-		split = fmt.Sprintf(" (sandboxes %.0f%%, outside them %.0f%%)", share(in), share(max(busy-in, 0)))
+		u.sandboxes, u.split = now-w.sandboxes, true
+	}
+	if w.attackPid != 0 {
+		u.attackers, u.attacked = pidCPU(w.attackPid)-w.attackers, true
+	}
+	return u
+}
+
+// cpuUse is the CPU of one or more windows: wall time, the host's busy
+// time, and of it the sandboxes' (when split), the bench's, the attack
+// clients' (when attacked) and the backend's.
+type cpuUse struct {
+	wall, busy, sandboxes, bench, attackers, backend time.Duration
+	split, attacked                                  bool
+}
+
+// add is u and v together: the rounds of one condition.
+func (u cpuUse) add(v cpuUse) cpuUse {
+	if u.wall == 0 {
+		return v
+	}
+	return cpuUse{wall: u.wall + v.wall, busy: u.busy + v.busy, sandboxes: u.sandboxes + v.sandboxes, bench: u.bench + v.bench,
+		attackers: u.attackers + v.attackers, backend: u.backend + v.backend, split: u.split && v.split, attacked: u.attacked || v.attacked}
+}
+
+func (u cpuUse) String() string {
+	share := func(d time.Duration) float64 {
+		if u.wall <= 0 {
+			return 0
+		}
+		return 100 * d.Seconds() / (u.wall.Seconds() * float64(runtime.NumCPU()))
+	}
+	split := ""
+	if u.split {
+		split = fmt.Sprintf(" (sandboxes %.0f%%, outside them %.0f%%)", share(u.sandboxes), share(max(u.busy-u.sandboxes, 0)))
 	}
 	attackers := ""
-	if w.attackPid != 0 {
-		attackers = fmt.Sprintf(", attack clients %.0f%%", share(pidCPU(w.attackPid)-w.attackers))
+	if u.attacked {
+		attackers = fmt.Sprintf(", attack clients %.0f%%", share(u.attackers))
 	}
-	return fmt.Sprintf("%.0f%%%s; bench %.0f%%%s, backend %.0f%%", share(busy), split, share(pidCPU(os.Getpid())-w.bench), attackers, share(pidCPU(w.backendPid)-w.backend))
+	return fmt.Sprintf("%.0f%%%s; bench %.0f%%%s, backend %.0f%%", share(u.busy), split, share(u.bench), attackers, share(u.backend))
 }
 
 // pidCPU is a process's CPU time so far (user and system), 0 when it
@@ -134,7 +181,11 @@ func (h *hostileReport) markdown() string {
 	for _, s := range h.Setup {
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
-	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d) (in the sandboxes, outside them); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, runtime.NumCPU())
+	rounds := ""
+	if len(h.Rounds) > 1 {
+		rounds = fmt.Sprintf(" in %d rounds", len(h.Rounds))
+	}
+	fmt.Fprintf(&b, "\n| well-behaved account, %d × `echo`%s, one at a time | p50 ms | p99 ms | max ms | p50 / quiet | p99 / quiet | host CPU busy (of %d) (in the sandboxes, outside them); of it the bench process, the backend |\n|---|---:|---:|---:|---:|---:|---|\n", h.Ops, rounds, runtime.NumCPU())
 	for _, x := range []struct {
 		name string
 		r    *row
@@ -155,6 +206,13 @@ func (h *hostileReport) markdown() string {
 		verdict = "NOT held"
 	}
 	fmt.Fprintf(&b, "\np99 beside the attacks / quiet p99: %.2f× (limit %.2f×, `-hostile-max-p99-ratio`): %s\n", h.RatioP99, h.Limit, verdict)
+	if len(h.Rounds) > 1 {
+		parts := make([]string, len(h.Rounds))
+		for i, r := range h.Rounds {
+			parts[i] = fmt.Sprintf("%d: %.1f → %.1f ms (%.2f×)", i+1, r.QuietP99, r.LoadedP99, r.RatioP99)
+		}
+		fmt.Fprintf(&b, "\nRound by round, p99 quiet → beside the attacks (the rows above pool them): %s\n", strings.Join(parts, "; "))
+	}
 	fmt.Fprintf(&b, "\n| hostile account's attack | requests | answers by status | slowest ms | failures |\n|---|---:|---|---:|---:|\n")
 	for _, a := range h.Attacks {
 		keys := make([]string, 0, len(a.ByStatus))

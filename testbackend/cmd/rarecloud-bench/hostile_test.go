@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +117,89 @@ func TestParseAttacks(t *testing.T) {
 	}
 	if _, err := parseAttacks("dns,fork"); err == nil || !strings.Contains(err.Error(), `"fork"`) {
 		t.Fatalf("an unknown attack: %v", err)
+	}
+}
+
+func TestSplitOps(t *testing.T) {
+	for _, c := range []struct {
+		ops, rounds int
+		want        []int
+	}{
+		{1000, 4, []int{250, 250, 250, 250}},
+		{10, 3, []int{4, 3, 3}},
+		{400, 1, []int{400}},
+		{3, 3, []int{1, 1, 1}},
+	} {
+		got := splitOps(c.ops, c.rounds)
+		sum := 0
+		for _, n := range got {
+			sum += n
+		}
+		if !slices.Equal(got, c.want) || sum != c.ops {
+			t.Errorf("splitOps(%d, %d) = %v, want %v", c.ops, c.rounds, got, c.want)
+		}
+	}
+}
+
+// The rounds of a condition pool into one row: its p99 is that of all
+// the samples, not of any round, and a slow round weighs as its share.
+func TestRoundsPool(t *testing.T) {
+	q1, q2 := runOf("q1", ms(100)...), runOf("q2", ms(100)...)
+	l1, l2 := runOf("l1", append(ms(98), 150, 300)...), runOf("l2", ms(100)...)
+	l2.Errors = 1
+	h := &hostileReport{Ops: 200, Limit: 1.5}
+	h.round(q1, l1)
+	h.round(q2, l2)
+	h.Quiet, h.Loaded, h.After = pooled("quiet", q1, q2), pooled("loaded", l1, l2), runOf("after", ms(100)...)
+	h.verdict()
+	if h.Quiet.Count != 200 || h.Loaded.Count != 200 || h.Loaded.Errors != 1 {
+		t.Fatalf("pooled counts: quiet %d, loaded %d with %d errors", h.Quiet.Count, h.Loaded.Count, h.Loaded.Errors)
+	}
+	// 200 samples: p99 is index 197 of the sorted list. Quiet: 99 (the
+	// two rounds' 1..100, twice each). Loaded: 1..98 twice, 99, 100,
+	// 150, 300: index 197 is 100.
+	if h.QuietP99 != 99 || h.LoadedP99 != 100 {
+		t.Fatalf("pooled p99s: quiet %v, loaded %v", h.QuietP99, h.LoadedP99)
+	}
+	if len(h.Rounds) != 2 || h.Rounds[0].LoadedP99 != 150 || h.Rounds[0].RatioP99 != 150.0/99 || h.Rounds[1].RatioP99 != 1 {
+		t.Fatalf("rounds: %+v", h.Rounds)
+	}
+	if md := h.markdown(); !strings.Contains(md, "Round by round, p99 quiet → beside the attacks (the rows above pool them): 1: 99.0 → 150.0 ms (1.52×); 2: 99.0 → 99.0 ms (1.00×)") ||
+		!strings.Contains(md, "| well-behaved account, 200 × `echo` in 2 rounds, one at a time |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+	one := &hostileReport{Ops: 100, Quiet: q1, Loaded: l1, After: q2, Limit: 1.5}
+	one.round(q1, l1)
+	if strings.Contains(one.markdown(), "Round by round") {
+		t.Error("one round listed round by round")
+	}
+}
+
+// A round's answers add to the others' under each attack's name.
+func TestAttackResultsAdd(t *testing.T) {
+	var r attackResult
+	r.add(attackResult{Stats: []*attackStats{{Name: atkBurst, ByStatus: map[string]int{"201": 2}, Slowest: 30}}})
+	r.add(attackResult{Stats: []*attackStats{
+		{Name: atkDNS, ByStatus: map[string]int{"200": 1}, Slowest: 5},
+		{Name: atkBurst, ByStatus: map[string]int{"201": 1, "409 HOST_SHARE_EXCEEDED": 4}, Slowest: 10, Failures: 1},
+	}, Failed: []string{"x"}})
+	if len(r.Stats) != 2 || r.Stats[0].Name != atkBurst || r.Stats[1].Name != atkDNS {
+		t.Fatalf("stats: %+v", r.Stats)
+	}
+	b := r.Stats[0]
+	if b.ByStatus["201"] != 3 || b.ByStatus["409 HOST_SHARE_EXCEEDED"] != 4 || b.Slowest != 30 || b.Failures != 1 || len(r.Failed) != 1 {
+		t.Fatalf("burst: %+v, failed %v", b, r.Failed)
+	}
+}
+
+// The CPU of a condition's rounds adds up over their wall time.
+func TestCPUUseAdds(t *testing.T) {
+	var u cpuUse
+	u = u.add(cpuUse{wall: time.Second, busy: 1500 * time.Millisecond, sandboxes: time.Second, split: true})
+	u = u.add(cpuUse{wall: time.Second, busy: 500 * time.Millisecond, sandboxes: 0, split: true, attacked: true, attackers: 200 * time.Millisecond})
+	cpus := float64(runtime.NumCPU())
+	want := fmt.Sprintf("%.0f%% (sandboxes %.0f%%, outside them %.0f%%); bench 0%%, attack clients %.0f%%, backend 0%%", 100*2/(2*cpus), 100*1/(2*cpus), 100*1/(2*cpus), 100*0.2/(2*cpus))
+	if got := u.String(); got != want {
+		t.Fatalf("cpuUse = %q, want %q", got, want)
 	}
 }

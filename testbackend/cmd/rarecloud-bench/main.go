@@ -41,12 +41,13 @@ func main() {
 	flag.IntVar(&o.so.clients, "soak-clients", 40, "soak: concurrent clients (and concurrent execs for the floor)")
 	flag.IntVar(&o.so.maxInFlight, "soak-max-in-flight", 20, "soak: the backend's --max-in-flight (past it requests queue, then 429)")
 	flag.StringVar(&o.so.only, "soak-only", "", "soak: run one phase only, load (many sandboxes beside the floor) or hostile (the hostile neighbour); both when empty")
-	flag.IntVar(&o.so.hostile.ops, "hostile-ops", 1000, "soak, hostile neighbour: the well-behaved account's commands per run (quiet, beside the attacks, quiet again)")
+	flag.IntVar(&o.so.hostile.ops, "hostile-ops", 1000, "soak, hostile neighbour: the well-behaved account's commands per run (quiet, beside the attacks, quiet again), split over the rounds")
+	flag.IntVar(&o.so.hostile.rounds, "hostile-rounds", 4, "soak, hostile neighbour: rounds of a quiet run then a run beside the attacks; each condition's rounds are pooled, so the ratio compares runs of the same minutes")
 	flag.IntVar(&o.so.hostile.concurrency, "hostile-concurrency", 2, "soak, hostile neighbour: goroutines per looping attack")
 	flag.StringVar(&o.so.hostile.attacks, "hostile-attacks", "all", "soak, hostile neighbour: the attacks, all or some of long,device,burst,dns,read,jobs (comma-separated), to see what each costs")
-	// The issue's target is 1.5; on the 2-core machine of the results the
-	// attacks take the cores the well-behaved commands need (measured 15×
-	// to 51× at p99), so the default is a regression bound above that
+	// The issue's target is 1.5; on the 2-core machine of the results it
+	// is met at the median but not in every run (1.17× to 1.61× at p99),
+	// so the default is a regression bound above that
 	// (results/README.md#hostile-neighbour).
 	flag.Float64Var(&o.so.hostile.maxP99Ratio, "hostile-max-p99-ratio", 5, "soak, hostile neighbour: fail when the well-behaved account's p99 beside the attacks exceeds its quiet p99 by more than this factor (issue 27's target: 1.5; the default is a regression bound above what 2 cores measure, results/README.md#hostile-neighbour)")
 	flag.StringVar(&o.so.hostile.clients, "hostile-clients", clientsNiced, "soak, hostile neighbour: where the attacks' clients run: niced (a process of their own at nice 19, standing for the other machines they are on), process (the same at the host's priority) or inline (goroutines of the bench's process, beside the well-behaved account's client)")
@@ -61,6 +62,10 @@ func main() {
 	}
 	if o.so.hostile.clients != clientsNiced && o.so.hostile.clients != clientsProcess && o.so.hostile.clients != clientsInline {
 		fmt.Fprintf(os.Stderr, "bench: -hostile-clients %q: want %s, %s or %s\n", o.so.hostile.clients, clientsNiced, clientsProcess, clientsInline)
+		os.Exit(2)
+	}
+	if o.so.hostile.rounds < 1 || o.so.hostile.ops < o.so.hostile.rounds {
+		fmt.Fprintf(os.Stderr, "bench: -hostile-rounds %d: want at least 1 and at most -hostile-ops (%d)\n", o.so.hostile.rounds, o.so.hostile.ops)
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {

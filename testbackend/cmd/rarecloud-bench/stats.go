@@ -31,13 +31,30 @@ type report struct {
 }
 
 func summarize(name string, samples []time.Duration, errs int) *row {
-	r := &row{Name: name, Count: len(samples), Errors: errs}
-	if len(samples) == 0 {
-		return r
-	}
 	ms := make([]float64, len(samples))
 	for i, s := range samples {
 		ms[i] = float64(s.Microseconds()) / 1000
+	}
+	return summarizeMs(name, ms, errs)
+}
+
+// pooled is one row of the samples and errors of rows measured apart
+// (the rounds of one condition).
+func pooled(name string, rows ...*row) *row {
+	var ms []float64
+	errs := 0
+	for _, r := range rows {
+		ms = append(ms, r.Samples...)
+		errs += r.Errors
+	}
+	return summarizeMs(name, ms, errs)
+}
+
+// summarizeMs is the row of samples in ms, which it sorts.
+func summarizeMs(name string, ms []float64, errs int) *row {
+	r := &row{Name: name, Count: len(ms), Errors: errs}
+	if len(ms) == 0 {
+		return r
 	}
 	sort.Float64s(ms)
 	r.Samples = ms
