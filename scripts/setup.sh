@@ -260,15 +260,25 @@ $(tail -n 40 "$RC_DOCKERD_LOG")"
 # against other cgroups: each sandbox's weight is its cgroup's. "exec"
 # runs a command (without the agent) and keeps the host's priority.
 RC_RUNTIME_NICE=10
+# RC_RUNSC_FLAGS are the flags of every runsc call; the create wrapper
+# (cmd/rarecloud-runsc, runscFlags) passes the same. Systrap's fast path
+# spins a sandbox's threads while they wait for each other: gVisor turns it
+# off on one CPU, and every sandbox here is held to its vCPUs by a CPU
+# quota, which the spinning spent (measured: process starts in a 1-vCPU
+# sandbox cost a quarter to two fifths less CPU without it, and commands
+# through the API answered a sixth sooner at the median;
+# testbackend/cmd/rarecloud-bench/results/README.md, "In rounds, and
+# systrap's fast path off").
+RC_RUNSC_FLAGS="--platform=systrap --systrap-disable-fast-path"
 runtime_script() {
 	cat <<EOF
 #!/bin/sh
 # The OCI runtime "runsc" of the engine scripts/setup.sh starts (written by it).
 case " \$* " in
 *" create "*) exec nice -n $RC_RUNTIME_NICE $RC_RUNSC_CREATE "\$@" ;;
-*" exec "*) exec $RC_RUNSC --platform=systrap "\$@" ;;
+*" exec "*) exec $RC_RUNSC $RC_RUNSC_FLAGS "\$@" ;;
 esac
-exec nice -n $RC_RUNTIME_NICE $RC_RUNSC --platform=systrap "\$@"
+exec nice -n $RC_RUNTIME_NICE $RC_RUNSC $RC_RUNSC_FLAGS "\$@"
 EOF
 }
 

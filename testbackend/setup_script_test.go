@@ -174,7 +174,7 @@ func TestSetupRuntimeYieldsOnStartsAndEnds(t *testing.T) {
 		}
 	}
 	// Only the function and its niceness: setup itself changes the machine.
-	gen := exec.Command("bash", "-c", `source <(sed -n '/^RC_RUNTIME_NICE=/p; /^runtime_script()/,/^}/p' "$1")
+	gen := exec.Command("bash", "-c", `source <(sed -n '/^RC_RUNTIME_NICE=/p; /^RC_RUNSC_FLAGS=/p; /^runtime_script()/,/^}/p' "$1")
 RC_RUNSC=$2/runsc RC_RUNSC_CREATE=$2/rarecloud-runsc runtime_script`, "runtime", script, dir)
 	text, err := gen.CombinedOutput()
 	if err != nil {
@@ -198,10 +198,10 @@ RC_RUNSC=$2/runsc RC_RUNSC_CREATE=$2/rarecloud-runsc runtime_script`, "runtime",
 		want string
 	}{
 		{[]string{"--root", "/r", "create", "--bundle", "/b", "c1"}, fmt.Sprintf("%d rarecloud-runsc --root /r create --bundle /b c1", nicer)},
-		{[]string{"--root", "/r", "start", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r start c1", nicer)},
-		{[]string{"--root", "/r", "kill", "c1", "9"}, fmt.Sprintf("%d runsc --platform=systrap --root /r kill c1 9", nicer)},
-		{[]string{"--root", "/r", "delete", "--force", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r delete --force c1", nicer)},
-		{[]string{"--root", "/r", "exec", "--process", "/p.json", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --root /r exec --process /p.json c1", base)},
+		{[]string{"--root", "/r", "start", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --systrap-disable-fast-path --root /r start c1", nicer)},
+		{[]string{"--root", "/r", "kill", "c1", "9"}, fmt.Sprintf("%d runsc --platform=systrap --systrap-disable-fast-path --root /r kill c1 9", nicer)},
+		{[]string{"--root", "/r", "delete", "--force", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --systrap-disable-fast-path --root /r delete --force c1", nicer)},
+		{[]string{"--root", "/r", "exec", "--process", "/p.json", "c1"}, fmt.Sprintf("%d runsc --platform=systrap --systrap-disable-fast-path --root /r exec --process /p.json c1", base)},
 	} {
 		got, err := exec.Command(runtime, tc.args...).CombinedOutput()
 		if err != nil {
@@ -210,6 +210,32 @@ RC_RUNSC=$2/runsc RC_RUNSC_CREATE=$2/rarecloud-runsc runtime_script`, "runtime",
 		if strings.TrimSpace(string(got)) != tc.want {
 			t.Errorf("%v ran as %q, want %q", tc.args, strings.TrimSpace(string(got)), tc.want)
 		}
+	}
+}
+
+// TestWrapperRunsRunscWithSetupsFlags: the create wrapper
+// (cmd/rarecloud-runsc) runs runsc with the flags setup's runtime script
+// gives every other call, so that a sandbox's sentry, started by create,
+// runs as the rest of its calls assume.
+func TestWrapperRunsRunscWithSetupsFlags(t *testing.T) {
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "rarecloud-runsc")
+	if out, err := exec.Command("go", "build", "-o", wrapper, "./cmd/rarecloud-runsc").CombinedOutput(); err != nil {
+		t.Fatalf("building the wrapper: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "runsc"), []byte("#!/bin/sh\necho \"$*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags, err := exec.Command("bash", "-c", `source <(sed -n '/^RC_RUNSC_FLAGS=/p' "$1"); echo "$RC_RUNSC_FLAGS"`, "flags", setupScript(t)).Output()
+	if err != nil || !strings.Contains(string(flags), "--systrap-disable-fast-path") {
+		t.Fatalf("setup's RC_RUNSC_FLAGS: %q, %v", flags, err)
+	}
+	got, err := exec.Command(wrapper, "--root", "/r", "start", "c1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the wrapper: %v\n%s", err, got)
+	}
+	if want := strings.TrimSpace(string(flags)) + " --root /r start c1"; strings.TrimSpace(string(got)) != want {
+		t.Fatalf("the wrapper ran runsc %q, want %q", strings.TrimSpace(string(got)), want)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Command rarecloud-runsc is the OCI runtime the sandbox engine names: it
-// runs the runsc installed beside it, with the platform flag, after one edit
+// runs the runsc installed beside it, with its flags (runscFlags), after one edit
 // to a container's spec on create. A container for which the backend
 // prepared a network namespace (ocispec.NetnsDir/<container id>, wired to the
 // sandbox bridge) joins it instead of a new, empty one,
@@ -23,8 +23,12 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/ocispec"
 )
 
-// platformFlag is the runsc platform every sandbox runs on.
-const platformFlag = "--platform=systrap"
+// runscFlags are the flags of every runsc call, the same as setup's
+// RC_RUNSC_FLAGS for the calls that do not pass through here: the platform
+// every sandbox runs on, without systrap's fast path, whose spinning spends
+// the CPU quota that holds each sandbox to its vCPUs (gVisor turns it off
+// itself on one CPU).
+var runscFlags = []string{"--platform=systrap", "--systrap-disable-fast-path"}
 
 func main() {
 	self, err := os.Executable()
@@ -33,7 +37,7 @@ func main() {
 	}
 	runsc := filepath.Join(filepath.Dir(self), "runsc")
 	args := os.Args[1:]
-	argv := []string{runsc, platformFlag}
+	argv := append([]string{runsc}, runscFlags...)
 	if bundle, id, ok := ocispec.CreateCall(args); ok {
 		spec := filepath.Join(bundle, "config.json")
 		if err := ocispec.JoinPreparedNetns(spec, id); err != nil {
