@@ -62,7 +62,7 @@ func TestHostileVerdictAndReport(t *testing.T) {
 	// 100 samples: p50 is the 51st value of the sorted list (index 50), p99
 	// the 99th (index 98).
 	quiet := runOf("quiet", ms(100)...)
-	loaded := runOf("loaded", append(ms(98), 150, 300)...)
+	loaded := runOf("loaded", ms(98, 150, 300)...)
 	h := &hostileReport{Ops: 100, Quiet: quiet, Loaded: loaded, After: runOf("after", ms(100)...), Limit: 1.5,
 		Attacks: []*attackStats{{Name: atkBurst, ByStatus: map[string]int{"409 HOST_SHARE_EXCEEDED": 30, "201": 2, "200": 2}, Slowest: 812.5}}}
 	h.CPU = [3]string{"10%; bench 1%, backend 2%", "90%; bench 30%, backend 40%", ""}
@@ -145,7 +145,7 @@ func TestSplitOps(t *testing.T) {
 // the samples, not of any round, and a slow round weighs as its share.
 func TestRoundsPool(t *testing.T) {
 	q1, q2 := runOf("q1", ms(100)...), runOf("q2", ms(100)...)
-	l1, l2 := runOf("l1", append(ms(98), 150, 300)...), runOf("l2", ms(100)...)
+	l1, l2 := runOf("l1", ms(98, 150, 300)...), runOf("l2", ms(100)...)
 	l2.Errors = 1
 	h := &hostileReport{Ops: 200, Limit: 1.5}
 	h.round(q1, l1)
