@@ -202,10 +202,14 @@ func (a *inlineAttacks) stop() (attackResult, error) {
 	if a.flooder != "" {
 		// The flood ends with the attacks, and stop returns once it has.
 		halt, _ := json.Marshal(map[string]any{"cmd": "p=$(cat " + floodPIDFile + ") && kill $p && while kill -0 $p 2>/dev/null; do sleep 0.05; done", "timeoutMs": 20000})
-		st, body, _ := a.c.do(atkDNS, http.MethodPost, "/sandboxes/"+a.flooder+"/commands", halt, expect{200: ""}, false)
-		for try := 0; try < 5 && (st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable); try++ {
-			time.Sleep(time.Second)
+		var st int
+		var body []byte
+		for try := 0; ; try++ {
 			st, body, _ = a.c.do(atkDNS, http.MethodPost, "/sandboxes/"+a.flooder+"/commands", halt, expect{200: ""}, false)
+			if try == 5 || (st != http.StatusTooManyRequests && st != http.StatusServiceUnavailable) {
+				break
+			}
+			time.Sleep(time.Second) // turned away: the flood still runs
 		}
 		if !bytes.Contains(body, []byte(`"exitCode":0`)) {
 			a.c.fail(atkDNS, fmt.Sprintf("stopping the flood: HTTP %d %s", st, body))
