@@ -28,7 +28,8 @@ var (
 	// (CPUWeigher): their cgroups are not on this host.
 	ErrCannotWeigh = errors.New("cannot weigh the containers' CPU on this host")
 	// ErrExecNotStarted wraps an Exec error that came before the process
-	// could start: the request never reached the container. Any other Exec
+	// could start: the request never reached the container, or the
+	// container's runtime refused to start the process. Any other Exec
 	// error may come after the process started.
 	ErrExecNotStarted = errors.New("process not started")
 )

@@ -260,3 +260,45 @@ func TestExecKeysBounded(t *testing.T) {
 		t.Fatal("the oldest key was kept past the bound")
 	}
 }
+
+// Files go through the scripted Exec as well.
+func (r *execRuntime) ReadFile(ctx context.Context, id, _ string, _ int, _ container.Pacer) ([]byte, error) {
+	res, err := r.Exec(ctx, id, container.ExecRequest{})
+	return res.Stdout, err
+}
+
+func (r *execRuntime) WriteFile(ctx context.Context, id, _, _ string, _ container.Pacer) error {
+	_, err := r.Exec(ctx, id, container.ExecRequest{})
+	return err
+}
+
+// TestExecRefusedAnswersNothingRan: a process the sandbox's runtime did
+// not start, with the engine up (container.ErrExecNotStarted alone), is
+// SERVICE_UNAVAILABLE, the answer that says nothing ran, for a command and
+// a file read and write alike; the command's key keeps nothing, so its
+// retry runs. Red when such a refusal is taken for an engine failure or an
+// internal error.
+func TestExecRefusedAnswersNothingRan(t *testing.T) {
+	m, rt, id := newExecManager(t)
+	ctx := context.Background()
+	refused := fmt.Errorf("%w: %w", container.ErrExecNotStarted, errors.New("runtime: the engine's runtime did not start the process"))
+	rt.exec = func(_ context.Context, n int) (container.ExecResult, error) {
+		if n <= 3 {
+			return container.ExecResult{}, refused
+		}
+		zero := 0
+		return container.ExecResult{Stdout: []byte("ok\n"), ExitCode: &zero}, nil
+	}
+	_, _, err := m.CommandWithKey(ctx, "acct", id, "k1", "echo ran >> count", nil)
+	wantCode(t, err, CodeServiceUnavailable)
+	_, err = m.ReadFile(ctx, "acct", id, "/home/user/f")
+	wantCode(t, err, CodeServiceUnavailable)
+	wantCode(t, m.WriteFile(ctx, "acct", id, "/home/user/f", "x"), CodeServiceUnavailable)
+	if !m.engineTrusted() {
+		t.Fatal("a refused process was taken for the engine going away")
+	}
+	out, replayed, err := m.CommandWithKey(ctx, "acct", id, "k1", "echo ran >> count", nil)
+	if err != nil || replayed || out.Stdout != "ok\n" || rt.started() != 4 {
+		t.Fatalf("retry after the refusal: %+v replayed=%v err=%v, %d processes", out, replayed, err, rt.started())
+	}
+}

@@ -397,6 +397,8 @@ func (m *Manager) mapRuntimeErr(id string, err error) error {
 		return errorf(CodeNotRunning, "sandbox %s is not running", id)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return errorf(CodeServiceUnavailable, "the request was cancelled before sandbox %s answered", id)
+	case errors.Is(err, container.ErrExecNotStarted):
+		return errorf(CodeServiceUnavailable, "sandbox %s could not start the process: nothing ran, so the request can be sent again", id)
 	default:
 		return errorf(CodeInternal, "sandbox %s: %v", id, strings.TrimSpace(err.Error()))
 	}

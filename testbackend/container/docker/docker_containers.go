@@ -122,9 +122,7 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 // not in the image: runsc cannot load it or find it on PATH, runc cannot
 // find it.
 func programMissing(err error) bool {
-	s := err.Error()
-	return (strings.Contains(s, "failed to load") || strings.Contains(s, "error finding executable")) && strings.Contains(s, "no such file or directory") ||
-		strings.Contains(s, "executable file not found")
+	return notInImage(err.Error())
 }
 
 // missingProgram says which program a run-mode sandbox lacks.

@@ -98,7 +98,7 @@ func (d *Runtime) exec(ctx context.Context, id string, req container.ExecRequest
 		return res, d.containerErr("read exec output in", id, err)
 	}
 
-	return d.execExit(ctx, id, created.ID, req, start, res)
+	return d.execExit(ctx, id, created.ID, argv[0], req, start, res)
 }
 
 // errStopped: the container stopped while the process ran. Its end takes
@@ -208,7 +208,7 @@ func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req conta
 // execExit completes res with the exit of a direct engine exec whose
 // output streams have closed. The streams close when the process exits;
 // the exit code can lag a moment behind.
-func (d *Runtime) execExit(ctx context.Context, id, execID string, req container.ExecRequest, start time.Time, res container.ExecResult) (container.ExecResult, error) {
+func (d *Runtime) execExit(ctx context.Context, id, execID, program string, req container.ExecRequest, start time.Time, res container.ExecResult) (container.ExecResult, error) {
 	var (
 		ins dockercontainer.ExecInspect
 		err error
@@ -228,6 +228,9 @@ func (d *Runtime) execExit(ctx context.Context, id, execID string, req container
 		}
 	}
 	res.Duration = time.Since(start)
+	if !ins.Running && ins.Pid == 0 {
+		return refusedExec(string(res.Stdout), program, res.Duration) // exec_refused.go
+	}
 	if ins.Running {
 		// Output closed but the process lives on (it closed its stdio).
 		res.TimedOut = req.Timeout > 0 && res.Duration >= req.Timeout
