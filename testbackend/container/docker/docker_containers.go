@@ -110,19 +110,12 @@ func (d *Runtime) Start(ctx context.Context, spec container.Spec) (string, error
 			return created.ID, d.engineErr("start container", err)
 		}
 		err = fmt.Errorf("runtime: start container from %s with runtime %s: %w", spec.Image, d.runtime, err)
-		if spec.RunMode && programMissing(err) {
+		if spec.RunMode && notInImage(err.Error()) {
 			return created.ID, &container.StartRefusedError{Msg: missingProgram(spec), Err: err}
 		}
 		return created.ID, err
 	}
 	return created.ID, nil
-}
-
-// programMissing reports a start that failed because the main program is
-// not in the image: runsc cannot load it or find it on PATH, runc cannot
-// find it.
-func programMissing(err error) bool {
-	return notInImage(err.Error())
 }
 
 // missingProgram says which program a run-mode sandbox lacks.

@@ -43,8 +43,8 @@ func refusedExec(engineText, program string, took time.Duration) (container.Exec
 var errRefused = errors.New("runtime: the engine's runtime did not start the process")
 
 // notInImage reports the runtime's words for a program that is not in the
-// container's image: runsc cannot load it or find it on PATH, runc cannot
-// find it.
+// container's image, for an exec here and a run-mode start alike: runsc
+// cannot load it or find it on PATH, runc cannot find it.
 func notInImage(engineText string) bool {
 	return (strings.Contains(engineText, "failed to load") || strings.Contains(engineText, "error finding executable")) &&
 		strings.Contains(engineText, "no such file or directory") ||
