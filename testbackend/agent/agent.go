@@ -24,7 +24,7 @@ import (
 )
 
 // Protocol answers a ping; the backend refuses another version.
-const Protocol = "rarecloud-agent/2"
+const Protocol = "rarecloud-agent/3"
 
 // Request is one process to run. Lines of JSON, one request each.
 type Request struct {
@@ -100,6 +100,10 @@ func ServeChannel(ctx context.Context, in io.Reader, out io.Writer, channel stri
 		go func() {
 			defer wg.Done()
 			if res, ok := catInProcess(req); ok {
+				send(res)
+				return
+			}
+			if res, ok := writeInProcess(req); ok {
 				send(res)
 				return
 			}
@@ -196,6 +200,20 @@ func run(ctx context.Context, req Request) Response {
 	}
 	res.ExitCode = &code
 	return res
+}
+
+// ownAnswer answers a request the agent ran itself, without a process
+// (catInProcess, writeInProcess), as the process would have been answered.
+func ownAnswer(req Request, start time.Time, code int, stdout, stderr *capped) Response {
+	return Response{
+		ID:              req.ID,
+		ExitCode:        &code,
+		Stdout:          stdout.buf.Bytes(),
+		StdoutTruncated: stdout.dropped,
+		Stderr:          stderr.buf.Bytes(),
+		StderrTruncated: stderr.dropped,
+		DurationUs:      time.Since(start).Microseconds(),
+	}
 }
 
 // capped keeps the first max bytes and drops the rest, still reading, so

@@ -46,15 +46,7 @@ func catInProcess(req Request) (Response, bool) {
 	if code == catDeclined {
 		return Response{}, false
 	}
-	return Response{
-		ID:              req.ID,
-		ExitCode:        &code,
-		Stdout:          stdout.buf.Bytes(),
-		StdoutTruncated: stdout.dropped,
-		Stderr:          stderr.buf.Bytes(),
-		StderrTruncated: stderr.dropped,
-		DurationUs:      time.Since(start).Microseconds(),
-	}, true
+	return ownAnswer(req, start, code, stdout, stderr), true
 }
 
 // enough is a capped writer that ends the copy (errEnough) once it has

@@ -45,7 +45,9 @@ func buildImage(t *testing.T, platform, dockerfile string) string {
 	tag = strings.ReplaceAll(tag, ".", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	resp, err := cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Platform: platform, Version: build.BuilderV1})
+	// No cache: a step of another test's build for another platform (FROM
+	// scratch has no parent to tell them apart) would be reused.
+	resp, err := cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, NoCache: true, Platform: platform, Version: build.BuilderV1})
 	if err != nil {
 		t.Fatalf("build %s: %v", tag, err)
 	}
@@ -117,6 +119,58 @@ func TestCreateRefusesHostileImage(t *testing.T) {
 			if list := apitest.DecodeData[[]apitest.Sandbox](t, cc.Do("GET", "/sandboxes?label=hostile="+tc.name, tokA, nil, nil)); len(list) != 0 {
 				t.Errorf("a refused create left sandboxes: %+v", list)
 			}
+		})
+	}
+}
+
+// TestFilesInAnImageWithoutAShell: an image may hold no shell and no tools
+// at all. Its sandbox's files are still written and read, by the agent's
+// own write and cat, with the same answers as anywhere else, in a sandbox
+// that waits for commands and in a run-mode one alike; before, a write (and
+// in run mode a read too) ran a shell script and answered 500 "exit code
+// 127".
+func TestFilesInAnImageWithoutAShell(t *testing.T) {
+	t.Parallel()
+	c := realBackend(t)
+	ref := buildImage(t, "", "FROM scratch\nCOPY Dockerfile /no-shell/Dockerfile\n")
+	for _, mode := range []string{"commands", "run mode"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cc := *c.Client
+			cc.T = t
+			body := map[string]any{"image": ref, "labels": map[string]string{"image": "no-shell"}}
+			if mode == "run mode" {
+				// The image has no program: the agent binary, which every
+				// sandbox has read-only at /.rarecloud-agent, waits for a
+				// signal when nothing talks to it.
+				body["cmd"] = []string{"/.rarecloud-agent"}
+			}
+			id := cc.Running(tokA, body).ID
+			if mode == "commands" {
+				// The image has no shell indeed: a command cannot start one.
+				if out := cc.Command(tokA, id, "true", 0); exitCode(t, out) != 127 {
+					t.Fatalf("a command in an image without a shell: %+v, want exit 127", out)
+				}
+			}
+			files := "/sandboxes/" + id + "/files"
+			write := func(path, content string) apitest.Response {
+				return cc.Do("PUT", files, tokA, map[string]any{"path": path, "content": content}, nil)
+			}
+			for _, path := range []string{"/home/user/notes/a.txt", "/tmp/b.txt", "/home/user/notes/a.txt"} {
+				content := "written to " + path + " at " + time.Now().String()
+				if r := write(path, content); r.Status != http.StatusOK {
+					t.Fatalf("write %s: %v", path, r)
+				}
+				if got := apitest.DecodeData[struct{ Content string }](t, cc.Do("GET", files+"?path="+path, tokA, nil, nil)); got.Content != content {
+					t.Fatalf("read %s back: %q", path, got.Content)
+				}
+			}
+			apitest.ExpectErr(t, write("/no-shell/Dockerfile", "x"), http.StatusForbidden, "PERMISSION_DENIED")
+			apitest.ExpectErr(t, write("/home/user/notes/a.txt/x", "x"), http.StatusBadRequest, "INVALID_PATH")
+			apitest.ExpectErr(t, write("/home/user/notes", "x"), http.StatusBadRequest, "IS_A_DIRECTORY")
+			apitest.ExpectErr(t, write("/dev/null", "x"), http.StatusBadRequest, "FILE_NOT_REGULAR")
+			apitest.ExpectErr(t, cc.Do("GET", files+"?path=/dev/zero", tokA, nil, nil), http.StatusBadRequest, "FILE_NOT_REGULAR")
+			apitest.ExpectErr(t, cc.Do("GET", files+"?path=/home/user/none", tokA, nil, nil), http.StatusNotFound, "FILE_NOT_FOUND")
 		})
 	}
 }

@@ -46,7 +46,10 @@ func (d *Runtime) exec(ctx context.Context, id string, req container.ExecRequest
 		return d.execAgent(ctx, id, s, req)
 	}
 	argv := req.Cmd
-	if req.Timeout > 0 {
+	// timeout(1) is the image's, and kills what outlives the request. The
+	// agent's own file commands (fileExec) need nothing of the image and
+	// end by themselves: the deadline below closes their streams.
+	if req.Timeout > 0 && argv[0] != agentTarget {
 		argv = append([]string{
 			"timeout", "-k", strconv.Itoa(int(timeoutKillAfter / time.Second)), "-s", "KILL",
 			strconv.FormatFloat(req.Timeout.Seconds(), 'f', 3, 64),

@@ -20,21 +20,24 @@ const (
 	// The content goes to a temporary file that replaces the target only
 	// when complete: a full disk never leaves half a file behind or eats
 	// the old one, and a symlink at the path is replaced, not followed.
+	// This script stands in for the agent's write (agent.Write, the same
+	// exit codes and words) in a sandbox without the agent.
 	writeScript = `p=$1; d=$(dirname -- "$p")
 [ -d "$p" ] && exit 11
 [ -L "$p" ] || [ ! -e "$p" ] || [ -f "$p" ] || exit 13
 mkdir -p -- "$d" || exit 10
 t="$d/.rarecloud-write.$$"
 if ! cat > "$t"; then rm -f -- "$t"; exit 12; fi
-echo ` + renameMark + `
+echo ` + agent.RenameMark + `
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
-	// The agent's cat (every sandbox has the binary when the backend has
-	// an agent, run-mode ones too: mountAgent) opens without blocking and
-	// checks what it opened, so nothing put at the path, a FIFO included,
-	// holds the read. Without the agent (--agent none), what is opened is
-	// checked again through the open descriptor, so a device put at the
-	// path after the first check is refused too; only a FIFO put there in
-	// between can still hold the open, until fileTimeout.
+	// The agent's cat (agent.Cat) opens without blocking and checks what
+	// it opened, so nothing put at the path, a FIFO included, holds the
+	// read. This script stands in for it when the backend has no agent
+	// (--agent none), and still runs the agent's cat in a sandbox that has
+	// the binary all the same (started by a backend with it). Otherwise
+	// what is opened is checked again through the open descriptor, so a
+	// device put at the path after the first check is refused too; only a
+	// FIFO put there in between can still hold the open, until fileTimeout.
 	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` ` + agent.CatArg + ` "$1"
 [ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
@@ -45,10 +48,6 @@ mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 
 // fileTimeout bounds one file operation.
 const fileTimeout = 60 * time.Second
-
-// renameMark is what writeScript prints once the content is complete,
-// right before the rename that puts it in place.
-const renameMark = "rarecloud-renaming"
 
 // stopGrace bounds the wait for a container's end after a file script
 // was killed or its exit lost (the engine reports the container's end a
@@ -68,20 +67,18 @@ func (d *Runtime) endedWith(ctx context.Context, id string, res container.ExecRe
 }
 
 // WriteFile writes content to an absolute path as the sandbox user,
-// creating parents, with writeScript.
+// creating parents, with the agent's own write (fileExec).
 func (d *Runtime) WriteFile(ctx context.Context, id, path, content string, pace container.Pacer) error {
-	res, err := d.Exec(ctx, id, container.ExecRequest{
-		Cmd:       []string{"sh", "-c", writeScript, "sh", path},
-		Stdin:     strings.NewReader(content),
+	res, err := d.fileExec(ctx, id, container.ExecRequest{
 		Timeout:   fileTimeout,
 		MaxOutput: 64 << 10,
 		Pace:      pace,
-	})
+	}, agent.WriteCommand(agentTarget, path), []string{"sh", "-c", writeScript, "sh", path}, &content)
 	if d.endedWith(ctx, id, res, err) {
 		// A program that ends once the file is there (a run-mode job
 		// waiting for its input) takes the write's process with it: the
 		// write is done if it reached its rename.
-		if bytes.Contains(res.Stdout, []byte(renameMark+"\n")) {
+		if bytes.Contains(res.Stdout, []byte(agent.RenameMark+"\n")) {
 			return nil
 		}
 		return errStopped
@@ -92,18 +89,14 @@ func (d *Runtime) WriteFile(ctx context.Context, id, path, content string, pace 
 	return fileResult(res, true)
 }
 
-// ReadFile reads a file as the sandbox user; a file of more than limit
-// bytes is ErrFileTooLarge. A sandbox's agent is asked for its own cat,
-// which it answers without starting a process (a shell and the cat were
-// two process starts, most of a small read's time under gVisor); through
-// the engine's exec (a run-mode sandbox, --agent none) readScript runs.
+// ReadFile reads a file as the sandbox user, with the agent's own cat
+// (fileExec); a file of more than limit bytes is ErrFileTooLarge.
 func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int, pace container.Pacer) ([]byte, error) {
-	res, err := d.exec(ctx, id, container.ExecRequest{
-		Cmd:       []string{"sh", "-c", readScript, "sh", path},
+	res, err := d.fileExec(ctx, id, container.ExecRequest{
 		Timeout:   fileTimeout,
 		MaxOutput: limit,
 		Pace:      pace,
-	}, agent.CatCommand(agentTarget, path))
+	}, agent.CatCommand(agentTarget, path), []string{"sh", "-c", readScript, "sh", path}, nil)
 	if d.endedWith(ctx, id, res, err) {
 		return nil, errStopped
 	}
@@ -117,6 +110,35 @@ func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int, pace
 		return nil, container.ErrFileTooLarge
 	}
 	return res.Stdout, nil
+}
+
+// fileExec runs a file operation: the agent's own command (agentCmd,
+// agent.Cat or agent.Write) wherever the container has the agent binary,
+// else script. The agent's commands need nothing of the sandbox's image, no
+// shell and no tools: an image without them could not be written to
+// before. The agent that is the container's main process answers them
+// without starting a process (a shell and its tools were up to five
+// process starts, most of a file operation's time under gVisor); in a
+// run-mode sandbox the engine's exec runs the binary (mountAgent). One
+// started without it (by a backend with --agent none) is told by the
+// runtime refusing the program, 127 as a shell would say: nothing ran,
+// so the script runs instead. content, when not nil, is the stdin of
+// each try.
+func (d *Runtime) fileExec(ctx context.Context, id string, req container.ExecRequest, agentCmd, script []string, content *string) (container.ExecResult, error) {
+	try := func(cmd []string) (container.ExecResult, error) {
+		req.Cmd = cmd
+		if content != nil {
+			req.Stdin = strings.NewReader(*content)
+		}
+		return d.exec(ctx, id, req, agentCmd)
+	}
+	if d.agentPath != "" {
+		res, err := try(agentCmd)
+		if err != nil || res.ExitCode == nil || *res.ExitCode != 127 {
+			return res, err
+		}
+	}
+	return try(script)
 }
 
 // fileResult reads how a file script ended: its exit code (the scripts'

@@ -1,8 +1,10 @@
 package docker
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
@@ -39,5 +41,40 @@ func TestFileResult(t *testing.T) {
 	var failed *container.FileFailure
 	if err := fileResult(container.ExecResult{ExitCode: code(2), Stderr: []byte(" sh: oops \n")}, false); !errors.As(err, &failed) || failed.ExitCode != 2 || failed.Stderr != "sh: oops" {
 		t.Errorf("other failure: %#v", err)
+	}
+}
+
+// TestFilesOfARunModeSandboxWithoutTheAgent: a run-mode sandbox started
+// without the agent binary (by a backend run with --agent none) is still
+// read and written by a backend that has the agent: the runtime refuses
+// the agent's command there (nothing ran) and the file scripts run
+// instead. Positive control: one started with the binary is read and
+// written by the agent's own commands, the same way.
+func TestFilesOfARunModeSandboxWithoutTheAgent(t *testing.T) {
+	t.Parallel()
+	instance := "rt-test-" + randomID(t)
+	without := requireEngine(t, Options{Agent: AgentNone, Instance: instance})
+	with := requireEngine(t, Options{Instance: instance})
+	if with.agentPath == "" {
+		t.Fatal("no agent binary: run `make setup`")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for name, starter := range map[string]*Runtime{"started without the agent": without, "started with it": with} {
+		t.Run(name, func(t *testing.T) {
+			spec := testSpec(t)
+			spec.RunMode = true
+			spec.Cmd = []string{"sleep", "300"}
+			id := start(t, starter, spec)
+			if err := with.WriteFile(ctx, id, "/tmp/a/b.txt", "content", nil); err != nil {
+				t.Fatalf("WriteFile: %v", err)
+			}
+			if got, err := with.ReadFile(ctx, id, "/tmp/a/b.txt", 1<<20, nil); err != nil || string(got) != "content" {
+				t.Fatalf("ReadFile: %q, %v", got, err)
+			}
+			if _, err := with.ReadFile(ctx, id, "/dev/zero", 1<<20, nil); !errors.Is(err, container.ErrNotRegular) {
+				t.Fatalf("ReadFile of a device: %v, want ErrNotRegular", err)
+			}
+		})
 	}
 }

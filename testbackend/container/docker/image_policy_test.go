@@ -48,6 +48,9 @@ func buildImage(t *testing.T, d *Runtime, platform, dockerfile string) string {
 	defer cancel()
 	resp, err := d.cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{
 		Tags: []string{tag}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
+		// No cache: a step of another test's build for another platform
+		// (FROM scratch has no parent to tell them apart) would be reused.
+		NoCache:  true,
 		Platform: platform, Version: build.BuilderV1,
 	})
 	if err != nil {
