@@ -23,16 +23,19 @@ const (
 // file without blocking and checks what it opened, so a FIFO put at the
 // path at any moment (even between a check and the open) is refused at
 // once, never waited on: the shell's `< path` would wait for a writer
-// until the file route's timeout. A writer that has all it keeps
-// (errEnough) ends the copy as a success.
-func Cat(path string, w, errw io.Writer) int { return cat(path, w, errw, nil) }
+// until the file route's timeout. It copies at most limit+1 bytes, enough
+// to tell a file over the limit: a file of any size (a sparse one costs
+// its sandbox nothing) is never copied whole through the engine and the
+// backend to be dropped there. A writer that has all it keeps
+// (errEnough) ends the copy as a success too.
+func Cat(path string, limit int64, w, errw io.Writer) int { return cat(path, limit, w, errw, nil) }
 
 // catDeclined is what cat returns for a file decline turned down.
 const catDeclined = -1
 
 // cat is Cat, which, when decline (if any) says so of the regular file
 // it opened, reads nothing and returns catDeclined.
-func cat(path string, w, errw io.Writer, decline func(fd int) bool) int {
+func cat(path string, limit int64, w, errw io.Writer, decline func(fd int) bool) int {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		switch {
@@ -71,7 +74,7 @@ func cat(path string, w, errw io.Writer, decline func(fd int) bool) int {
 		fmt.Fprintln(errw, err)
 		return 1
 	}
-	if _, err := io.Copy(w, f); err != nil && !errors.Is(err, errEnough) {
+	if _, err := io.CopyN(w, f, limit+1); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, errEnough) {
 		fmt.Fprintln(errw, err)
 		return 1
 	}

@@ -50,7 +50,7 @@ func TestCatRefusesWithoutBlocking(t *testing.T) {
 	} {
 		var out, errw bytes.Buffer
 		done := make(chan int, 1)
-		go func() { done <- Cat(tc.path, &out, &errw) }()
+		go func() { done <- Cat(tc.path, 1<<20, &out, &errw) }()
 		select {
 		case code := <-done:
 			if code != tc.code || out.String() != tc.out || !strings.Contains(errw.String(), tc.err) {
@@ -58,6 +58,50 @@ func TestCatRefusesWithoutBlocking(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("Cat(%s) blocked", tc.path)
+		}
+	}
+}
+
+// TestCatStopsPastTheLimit: a file over the limit is copied only to a
+// byte past it, however large it is: a sparse file of a terabyte costs a
+// sandbox nothing, and copied whole it kept the engine and the backend
+// busy until the file route's timeout. Positive control: a file within
+// the limit is copied whole.
+func TestCatStopsPastTheLimit(t *testing.T) {
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge")
+	f, err := os.Create(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Skipf("no sparse file of a terabyte here: %v", err)
+	}
+	f.Close()
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path  string
+		limit int64
+		want  int
+	}{
+		{huge, 1000, 1001},
+		{small, 10, 10},
+		{small, 9, 10},
+		{small, 0, 1},
+	} {
+		var out, errw bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- Cat(tc.path, tc.limit, &out, &errw) }()
+		select {
+		case code := <-done:
+			if code != 0 || out.Len() != tc.want || errw.Len() != 0 {
+				t.Errorf("Cat(%s, %d) = %d with %d bytes, stderr %q; want 0 with %d bytes", filepath.Base(tc.path), tc.limit, code, out.Len(), errw.String(), tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Cat(%s, %d) copied on past the limit", filepath.Base(tc.path), tc.limit)
 		}
 	}
 }

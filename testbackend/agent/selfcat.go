@@ -4,20 +4,31 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// CatArg is the agent binary's argument that makes it Cat the path after
-// it instead of serving (cmd/rarecloud-agent, the backend's readScript).
+// CatArg is the agent binary's argument that makes it Cat the path and
+// up to the limit after it instead of serving (cmd/rarecloud-agent, the
+// backend's readScript).
 const CatArg = "cat"
 
-// CatCommand is the argv that runs the agent's own cat on path in a
-// sandbox whose agent binary is at agentPath: what the backend's file
-// reads send. The agent that is asked for it answers it without a
-// process (catInProcess); an agent that runs it as one answers the same.
-func CatCommand(agentPath, path string) []string { return []string{agentPath, CatArg, path} }
+// CatCommand is the argv that runs the agent's own cat on path, of at most
+// limit bytes, in a sandbox whose agent binary is at agentPath: what the
+// backend's file reads send. The agent that is asked for it answers it
+// without a process (catInProcess); an agent that runs it as one answers
+// the same.
+func CatCommand(agentPath, path string, limit int) []string {
+	return []string{agentPath, CatArg, path, strconv.Itoa(limit)}
+}
+
+// CatLimit reads the limit of a CatCommand, false when it is not one.
+func CatLimit(arg string) (int64, bool) {
+	n, err := strconv.ParseInt(arg, 10, 64)
+	return n, err == nil && n >= 0 && n < 1<<40
+}
 
 // self is the path the agent was started as, what CatCommand names it;
 // a variable so that tests can give it another.
@@ -36,13 +47,17 @@ var errEnough = errors.New("output limit reached")
 // as is any other request: there /proc/self is the reader, and the agent
 // is not dumpable so that sandbox code cannot look into it.
 func catInProcess(req Request) (Response, bool) {
-	if len(req.Argv) != 3 || req.Argv[0] != self || req.Argv[1] != CatArg || !filepath.IsAbs(req.Argv[2]) || req.MaxOutput <= 0 {
+	if len(req.Argv) != 4 || req.Argv[0] != self || req.Argv[1] != CatArg || !filepath.IsAbs(req.Argv[2]) || req.MaxOutput <= 0 {
+		return Response{}, false
+	}
+	limit, ok := CatLimit(req.Argv[3])
+	if !ok {
 		return Response{}, false
 	}
 	start := time.Now()
 	stdout := &capped{max: req.MaxOutput}
 	stderr := &capped{max: req.MaxOutput}
-	code := cat(req.Argv[2], enough{stdout}, stderr, onProcfs)
+	code := cat(req.Argv[2], limit, enough{stdout}, stderr, onProcfs)
 	if code == catDeclined {
 		return Response{}, false
 	}

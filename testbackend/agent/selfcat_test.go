@@ -45,7 +45,7 @@ func TestCatAnsweredInProcess(t *testing.T) {
 		{"device", "/dev/zero", 1 << 20, CatNotRegular, nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res := call(Request{ID: 7, Argv: CatCommand(self, c.path), MaxOutput: c.max})
+			res := call(Request{ID: 7, Argv: CatCommand(self, c.path, c.max), MaxOutput: c.max})
 			if res.Error != "" || res.ExitCode == nil {
 				t.Fatalf("not answered in process: %+v", res)
 			}
@@ -63,12 +63,13 @@ func TestCatAnsweredInProcess(t *testing.T) {
 // read.
 func TestCatInProcessOnlyItsOwn(t *testing.T) {
 	for name, req := range map[string]Request{
-		"its own cat":      {Argv: CatCommand(self, "/etc/hostname"), MaxOutput: 10},
-		"another program":  {Argv: CatCommand("/bin/other", "/etc/hostname"), MaxOutput: 10},
-		"relative path":    {Argv: CatCommand(self, "hostname"), MaxOutput: 10},
-		"no limit":         {Argv: CatCommand(self, "/etc/hostname")},
-		"more arguments":   {Argv: append(CatCommand(self, "/etc/hostname"), "x"), MaxOutput: 10},
-		"a file of procfs": {Argv: CatCommand(self, "/proc/self/status"), MaxOutput: 1 << 20},
+		"its own cat":          {Argv: CatCommand(self, "/etc/hostname", 10), MaxOutput: 10},
+		"another program":      {Argv: CatCommand("/bin/other", "/etc/hostname", 10), MaxOutput: 10},
+		"relative path":        {Argv: CatCommand(self, "hostname", 10), MaxOutput: 10},
+		"no limit":             {Argv: CatCommand(self, "/etc/hostname", 10)},
+		"more arguments":       {Argv: append(CatCommand(self, "/etc/hostname", 10), "x"), MaxOutput: 10},
+		"a limit not a number": {Argv: []string{self, CatArg, "/etc/hostname", "ten"}, MaxOutput: 10},
+		"a file of procfs":     {Argv: CatCommand(self, "/proc/self/status", 1<<20), MaxOutput: 1 << 20},
 	} {
 		if _, ok := catInProcess(req); ok != (name == "its own cat") {
 			t.Errorf("%s: taken in process %v", name, ok)

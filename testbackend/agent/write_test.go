@@ -146,7 +146,7 @@ func TestWriteInProcessOnlyItsOwn(t *testing.T) {
 		"relative path":   {Argv: WriteCommand(self, "f"), MaxOutput: 10},
 		"no limit":        {Argv: WriteCommand(self, path)},
 		"more arguments":  {Argv: append(WriteCommand(self, path), "x"), MaxOutput: 10},
-		"its own cat":     {Argv: CatCommand(self, path), MaxOutput: 10},
+		"its own cat":     {Argv: CatCommand(self, path, 10), MaxOutput: 10},
 	} {
 		if _, ok := writeInProcess(req); ok != (name == "its own write") {
 			t.Errorf("%s: taken in process %v", name, ok)

@@ -1,9 +1,9 @@
 // Command rarecloud-agent is a sandbox's main process when the backend
 // drives it through its attached stdin and stdout and, run as
 // "rarecloud-agent --channel SOCKET", through that Unix socket as well
-// (see package agent); run as "rarecloud-agent cat PATH" it reads one file
-// for the file route, and as "rarecloud-agent write PATH" it writes its
-// stdin to one.
+// (see package agent); run as "rarecloud-agent cat PATH LIMIT" it reads
+// one file for the file route, and as "rarecloud-agent write PATH" it
+// writes its stdin to one.
 // It does not exit when its input ends: stdin stays open across attaches,
 // and a backend that restarts attaches again.
 package main
@@ -22,25 +22,37 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 )
 
+// fileCommand runs "cat PATH LIMIT" or "write PATH" and returns its exit
+// code; 2 for arguments of neither.
+func fileCommand(args []string) int {
+	switch {
+	case len(args) == 3 && args[0] == agent.CatArg:
+		if limit, ok := agent.CatLimit(args[2]); ok {
+			return agent.Cat(args[1], limit, os.Stdout, os.Stderr)
+		}
+	case len(args) == 2 && args[0] == agent.WriteArg:
+		return agent.Write(args[1], os.Stdin, os.Stdout, os.Stderr)
+	}
+	fmt.Fprintln(os.Stderr, "usage: rarecloud-agent cat PATH LIMIT | write PATH")
+	return 2
+}
+
 // fileCommandLimit is how long a file command may run: past the backend's
 // wait for one (a minute), after which nobody reads its answer.
 const fileCommandLimit = 2 * time.Minute
 
 func main() {
-	// "cat PATH" and "write PATH": the file route's reader (agent.Cat)
-	// and writer of its stdin (agent.Write), as a process of their own
-	// (in a run-mode sandbox, through the engine's exec). Nothing wraps
-	// them in timeout(1), so each ends itself when it outlives the file
-	// route's longest wait.
-	if len(os.Args) == 3 && (os.Args[1] == agent.CatArg || os.Args[1] == agent.WriteArg) {
+	// "cat PATH LIMIT" and "write PATH": the file route's reader
+	// (agent.Cat) and writer of its stdin (agent.Write), as a process of
+	// their own (in a run-mode sandbox, through the engine's exec).
+	// Nothing wraps them in timeout(1), so each ends itself when it
+	// outlives the file route's longest wait.
+	if len(os.Args) > 1 && (os.Args[1] == agent.CatArg || os.Args[1] == agent.WriteArg) {
 		time.AfterFunc(fileCommandLimit, func() {
 			fmt.Fprintln(os.Stderr, "rarecloud-agent: the file operation took too long")
 			os.Exit(124)
 		})
-		if os.Args[1] == agent.CatArg {
-			os.Exit(agent.Cat(os.Args[2], os.Stdout, os.Stderr))
-		}
-		os.Exit(agent.Write(os.Args[2], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(fileCommand(os.Args[1:]))
 	}
 	// Sandbox code runs as the same user: without this it could open
 	// /proc/1/fd/0 and /proc/1/fd/1 and write into, or read from, the

@@ -45,6 +45,16 @@ func (d *Runtime) exec(ctx context.Context, id string, req container.ExecRequest
 		}
 		return d.execAgent(ctx, id, s, req)
 	}
+	res, err := d.engineExec(ctx, id, req)
+	return keepOutput(res, req.MaxOutput), err
+}
+
+// engineExec runs req through the engine's exec. Its stdout keeps at
+// least refusalWords bytes, whatever req.MaxOutput, and exec cuts it to
+// that: the engine writes why it refused an exec there, and execExit
+// reads the words.
+func (d *Runtime) engineExec(ctx context.Context, id string, req container.ExecRequest) (container.ExecResult, error) {
+	var res container.ExecResult
 	argv := req.Cmd
 	// timeout(1) is the image's, and kills what outlives the request. The
 	// agent's own file commands (fileExec) need nothing of the image and
@@ -171,6 +181,9 @@ func (d *Runtime) Prepare(ctx context.Context, id string) error {
 func collectOutput(ctx context.Context, r io.Reader, closeConn func(), req container.ExecRequest, stopped <-chan struct{}) (container.ExecResult, error) {
 	var res container.ExecResult
 	stdout := &capBuffer{max: req.MaxOutput}
+	if req.MaxOutput > 0 {
+		stdout.max = max(req.MaxOutput, refusalWords)
+	}
 	stderr := &capBuffer{max: req.MaxOutput}
 	copied := make(chan error, 1)
 	go func() {
@@ -264,6 +277,18 @@ func (d *Runtime) Logs(ctx context.Context, id string, limit int) ([]byte, error
 		return tb.bytes(), d.containerErr("read logs of", id, err)
 	}
 	return tb.bytes(), nil
+}
+
+// refusalWords is how much of an engine exec's stdout is kept at least:
+// more than the engine's words for an exec its runtime refused.
+const refusalWords = 4 << 10
+
+// keepOutput cuts res's stdout to limit bytes (limit <= 0: all).
+func keepOutput(res container.ExecResult, limit int) container.ExecResult {
+	if limit > 0 && len(res.Stdout) > limit {
+		res.Stdout, res.StdoutTruncated = res.Stdout[:limit], true
+	}
+	return res
 }
 
 // capBuffer keeps the first max bytes written (max <= 0: all) and swallows

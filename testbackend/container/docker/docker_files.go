@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,12 +39,14 @@ mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 12; }`
 	// what is opened is checked again through the open descriptor, so a
 	// device put at the path after the first check is refused too; only a
 	// FIFO put there in between can still hold the open, until fileTimeout.
-	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` ` + agent.CatArg + ` "$1"
+	// Either way it reads at most a byte past the limit ($2), enough to
+	// tell a file over it.
+	readScript = `[ -x ` + agentTarget + ` ] && exec ` + agentTarget + ` ` + agent.CatArg + ` "$1" "$2"
 [ -e "$1" ] || exit 10
 [ -d "$1" ] && exit 11
 [ -f "$1" ] || exit 13
 [ -r "$1" ] || exit 12
-{ [ -f /proc/self/fd/0 ] || exit 13; exec cat; } < "$1"`
+{ [ -f /proc/self/fd/0 ] || exit 13; exec head -c $(($2 + 1)); } < "$1"`
 )
 
 // fileTimeout bounds one file operation.
@@ -96,7 +99,7 @@ func (d *Runtime) ReadFile(ctx context.Context, id, path string, limit int, pace
 		Timeout:   fileTimeout,
 		MaxOutput: limit,
 		Pace:      pace,
-	}, agent.CatCommand(agentTarget, path), []string{"sh", "-c", readScript, "sh", path}, nil)
+	}, agent.CatCommand(agentTarget, path, limit), []string{"sh", "-c", readScript, "sh", path, strconv.Itoa(limit)}, nil)
 	if d.endedWith(ctx, id, res, err) {
 		return nil, errStopped
 	}

@@ -48,8 +48,9 @@ func TestFileResult(t *testing.T) {
 // without the agent binary (by a backend run with --agent none) is still
 // read and written by a backend that has the agent: the runtime refuses
 // the agent's command there (nothing ran) and the file scripts run
-// instead. Positive control: one started with the binary is read and
-// written by the agent's own commands, the same way.
+// instead, and they too read no further than the limit. Positive control:
+// one started with the binary is read and written by the agent's own
+// commands, the same way.
 func TestFilesOfARunModeSandboxWithoutTheAgent(t *testing.T) {
 	t.Parallel()
 	instance := "rt-test-" + randomID(t)
@@ -64,7 +65,7 @@ func TestFilesOfARunModeSandboxWithoutTheAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec := testSpec(t)
 			spec.RunMode = true
-			spec.Cmd = []string{"sleep", "300"}
+			spec.Cmd = []string{"sh", "-c", "truncate -s 64G /tmp/huge && sleep 300"}
 			id := start(t, starter, spec)
 			if err := with.WriteFile(ctx, id, "/tmp/a/b.txt", "content", nil); err != nil {
 				t.Fatalf("WriteFile: %v", err)
@@ -74,6 +75,26 @@ func TestFilesOfARunModeSandboxWithoutTheAgent(t *testing.T) {
 			}
 			if _, err := with.ReadFile(ctx, id, "/dev/zero", 1<<20, nil); !errors.Is(err, container.ErrNotRegular) {
 				t.Fatalf("ReadFile of a device: %v, want ErrNotRegular", err)
+			}
+			// The limit: a file of as many bytes is read whole, one of a
+			// byte more is too large, and so is a sparse file of 64 GiB,
+			// read no further than the limit (else the read runs into its
+			// timeout first).
+			if got, err := with.ReadFile(ctx, id, "/tmp/a/b.txt", len("content"), nil); err != nil || string(got) != "content" {
+				t.Fatalf("ReadFile at its limit: %q, %v", got, err)
+			}
+			if _, err := with.ReadFile(ctx, id, "/tmp/a/b.txt", len("content")-1, nil); !errors.Is(err, container.ErrFileTooLarge) {
+				t.Fatalf("ReadFile a byte over its limit: %v, want ErrFileTooLarge", err)
+			}
+			for {
+				_, err := with.ReadFile(ctx, id, "/tmp/huge", 1<<20, nil)
+				if errors.Is(err, container.ErrFileTooLarge) {
+					break
+				}
+				if !errors.Is(err, container.ErrFileNotFound) || ctx.Err() != nil {
+					t.Fatalf("ReadFile of a sparse file of 64 GiB: %v, want ErrFileTooLarge", err)
+				}
+				time.Sleep(50 * time.Millisecond) // the program has not made it yet
 			}
 		})
 	}
