@@ -144,8 +144,9 @@ func (d *Runtime) fileExec(ctx context.Context, id string, req container.ExecReq
 	return try(script)
 }
 
-// fileResult reads how a file script ended: its exit code (the scripts'
-// own 10, 11 and 12) and what the tools it ran said on stderr.
+// fileResult reads how a file command ended: its exit code (agent.Cat's
+// and agent.Write's, which the scripts use too) and what it said on
+// stderr.
 func fileResult(res container.ExecResult, write bool) error {
 	if res.TimedOut || res.ExitCode == nil {
 		return container.ErrFileTimedOut
@@ -154,11 +155,11 @@ func fileResult(res container.ExecResult, write bool) error {
 	switch code := *res.ExitCode; {
 	case code == 0:
 		return nil
-	case code == 10 && !write:
+	case code == agent.CatMissing && !write:
 		return container.ErrFileNotFound
-	case code == 11:
+	case code == agent.CatDirectory:
 		return container.ErrIsADirectory
-	case code == 13:
+	case code == agent.CatNotRegular:
 		return container.ErrNotRegular
 	case strings.Contains(stderr, "File name too long"):
 		return container.ErrNameTooLong
@@ -166,7 +167,7 @@ func fileResult(res container.ExecResult, write bool) error {
 		return container.ErrParentNotDirectory
 	case strings.Contains(stderr, "No space left"):
 		return container.ErrNoSpace
-	case code == 10 || code == 12, strings.Contains(stderr, "Permission denied"):
+	case code == agent.WriteNoParent || code == agent.WriteFailed, code == agent.CatNoAccess, strings.Contains(stderr, "Permission denied"):
 		return container.ErrFilePermission
 	case !write && strings.Contains(stderr, "No such file"):
 		// The file went between the checks and the open.
