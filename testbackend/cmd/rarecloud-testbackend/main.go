@@ -151,7 +151,7 @@ func envDefaults(fs *flag.FlagSet) error {
 
 // reapOrphans is --reap: what a starting backend does first, alone.
 func reapOrphans(ctx context.Context, host string, log *slog.Logger) error {
-	d, err := docker.New(docker.Options{Host: host, Instance: "reaper"})
+	d, err := docker.New(docker.Options{Host: host, Instance: "reaper", Agent: docker.AgentNone}) // it starts no sandbox
 	if err != nil {
 		return err
 	}

@@ -178,6 +178,17 @@ func New(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 
+	agentPath := resolveAgent(opts.Agent)
+	if agentPath != "" {
+		if err := checkAgent(context.Background(), agentPath); err != nil {
+			return nil, err
+		}
+	}
+	channelDir, err := channelDirFor(ocispec.ChannelDir, opts.EngineAttachOnly, agentPath)
+	if err != nil {
+		return nil, err
+	}
+
 	copts := []client.Opt{client.WithAPIVersionNegotiation(), client.WithUserAgent("rarecloud-testbackend")}
 	switch {
 	case opts.Host != "":
@@ -192,11 +203,6 @@ func New(opts Options) (*Runtime, error) {
 	cli, err := client.NewClientWithOpts(copts...)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: docker client: %w", err)
-	}
-	agentPath := resolveAgent(opts.Agent)
-	channelDir, err := channelDirFor(ocispec.ChannelDir, opts.EngineAttachOnly, agentPath)
-	if err != nil {
-		return nil, err
 	}
 	var own *netwire.Wiring
 	if !opts.EngineNetworking && network != NetworkNone {
