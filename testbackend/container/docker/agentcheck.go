@@ -3,6 +3,7 @@ package docker
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	osexec "os/exec"
@@ -50,10 +51,14 @@ func checkAgent(ctx context.Context, path string) error {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
+	ping, err := json.Marshal(agent.Request{ID: 1, Ping: true})
+	if err != nil {
+		return err
+	}
 	answered := make(chan error, 1)
 	var res agent.Response
 	go func() {
-		if _, err := stdin.Write([]byte(`{"id":1,"ping":true}` + "\n")); err != nil {
+		if _, err := stdin.Write(append(ping, '\n')); err != nil {
 			answered <- err
 			return
 		}
