@@ -25,7 +25,7 @@ func (m *Manager) placeLocked(ctx context.Context, sb *store.Sandbox, tpl Templa
 		defer m.mu.Lock()
 		return m.startImmediate(ctx, sb)
 	}
-	if claimed := m.claimLocked(sb.ID, tpl, req, sb.Image); claimed != "" {
+	if claimed := m.claimLocked(sb.ID, sb.Account, tpl, req, sb.Image); claimed != "" {
 		sb.Status, sb.ContainerID = StatusRunning, claimed
 		m.startIdleClockLocked(sb, time.Now())
 	}

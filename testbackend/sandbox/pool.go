@@ -15,25 +15,40 @@ import (
 // container carries no sandbox's data: env travels with each exec, and a
 // container is never handed out twice. Pool members are not records, so
 // they are neither listed nor billed.
+//
+// Replacing a claimed container is host work done for the account that
+// claimed it: the refill takes its turn in that account's line of the
+// start queue (turnqueue.go), its share and rest included, as the
+// account's own cold start would. Otherwise an account that creates and
+// deletes again and again from the pool would have the host start
+// containers for it outside its share of starts.
 type warmPool struct {
 	ready   []string // container ids, oldest first
 	filling int
 	held    bool            // a refill waits for the cold starts under way (refillLocked)
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
+	// owed lists the accounts whose claims the next starts replace,
+	// oldest first; a start with none owed takes the pool's own turn
+	// (poolTurn).
+	owed []string
 }
+
+// poolTurn is the start queue's line for warm starts no claim owes: the
+// first fill, and the retries after a failed start.
+const poolTurn = ""
 
 // claimLocked takes a warm container for the request, or returns "". A
 // request with environment variables never gets one: its container must
 // start with them, so that the record need not keep their values.
-func (m *Manager) claimLocked(sandboxID string, tpl Template, req CreateRequest, image string) string {
+func (m *Manager) claimLocked(sandboxID, account string, tpl Template, req CreateRequest, image string) string {
 	if !m.warmReadyLocked(tpl, req, image) {
 		return ""
 	}
 	p := m.pools[tpl.Name]
 	cid := p.ready[0]
 	p.ready = p.ready[1:]
-	m.deferRefillLocked(sandboxID, tpl.Name)
+	m.deferRefillLocked(sandboxID, account, tpl.Name)
 	return cid
 }
 
@@ -56,15 +71,17 @@ const DefaultRefillDelay = time.Second
 // (a gVisor boot) would otherwise take the CPU of that first command.
 type deferredRefill struct {
 	template string
+	account  string // who claimed: the refill takes its start turn
 	timer    *time.Timer
 }
 
-func (m *Manager) deferRefillLocked(sandboxID, template string) {
+func (m *Manager) deferRefillLocked(sandboxID, account, template string) {
 	if m.cfg.RefillDelay < 0 {
+		m.oweLocked(template, account)
 		m.refillLocked(template)
 		return
 	}
-	m.refills[sandboxID] = &deferredRefill{template: template, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
+	m.refills[sandboxID] = &deferredRefill{template: template, account: account, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.refillOwedLocked(sandboxID)
@@ -79,7 +96,25 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	}
 	r.timer.Stop()
 	delete(m.refills, sandboxID)
+	m.oweLocked(r.template, r.account)
 	m.refillLocked(r.template)
+}
+
+// oweLocked notes that the template's next warm start replaces a
+// container account claimed.
+func (m *Manager) oweLocked(template, account string) {
+	p := m.poolLocked(template)
+	p.owed = append(p.owed, account)
+}
+
+// poolLocked is the template's pool, made on first use.
+func (m *Manager) poolLocked(template string) *warmPool {
+	p := m.pools[template]
+	if p == nil {
+		p = &warmPool{names: map[string]bool{}}
+		m.pools[template] = p
+	}
+	return p
 }
 
 // maxRefillHold bounds how long cold starts hold a refill back.
@@ -94,11 +129,7 @@ func (m *Manager) refillLocked(template string) {
 	if m.cfg.PoolSize <= 0 || m.ctx.Err() != nil {
 		return
 	}
-	p := m.pools[template]
-	if p == nil {
-		p = &warmPool{names: map[string]bool{}}
-		m.pools[template] = p
-	}
+	p := m.poolLocked(template)
 	if len(m.starting) > 0 {
 		if !p.held {
 			p.held = true
@@ -137,6 +168,10 @@ func (m *Manager) fillLocked(template string, p *warmPool) {
 		spec := m.poolSpec(template)
 		p.names[spec.Name] = true
 		wait := p.backoff
+		turn := poolTurn
+		if len(p.owed) > 0 {
+			turn, p.owed = p.owed[0], p.owed[1:]
+		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
@@ -146,7 +181,13 @@ func (m *Manager) fillLocked(template string, p *warmPool) {
 				case <-m.ctx.Done():
 				}
 			}
+			release, err := m.starts.acquire(m.ctx, turn)
+			if err != nil { // shutting down
+				m.poolStarted(template, spec.Name, "", err)
+				return
+			}
 			cid, err := m.startWarm(spec)
+			release()
 			m.poolStarted(template, spec.Name, cid, err)
 		}()
 	}

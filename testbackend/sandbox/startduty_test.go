@@ -35,6 +35,26 @@ func (r *heldStartRuntime) Start(ctx context.Context, spec container.Spec) (stri
 	return r.fakeRuntime.Start(ctx, spec)
 }
 
+// next is the next start to go in, or the test fails once ctx ends.
+func (r *heldStartRuntime) next(ctx context.Context, t *testing.T) startEntry {
+	t.Helper()
+	select {
+	case e := <-r.entered:
+		return e
+	case <-ctx.Done():
+		t.Fatal("no start went in")
+		return startEntry{}
+	}
+}
+
+// waitRunning waits for the account's sandbox id to run.
+func waitRunning(ctx context.Context, t *testing.T, m *Manager, account, id string) {
+	t.Helper()
+	if v, err := m.WaitStatus(ctx, account, id, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
+		t.Fatalf("%s: %+v %v", id, v, err)
+	}
+}
+
 // TestStartsRestWhileContended: an account alone runs its starts at once;
 // beside another account's live sandbox its next start waits out three
 // times what its last one took (the default duty, a quarter), while the
@@ -52,22 +72,8 @@ func TestStartsRestWhileContended(t *testing.T) {
 		}
 		return res.Sandbox.ID
 	}
-	enters := func() startEntry {
-		t.Helper()
-		select {
-		case e := <-rt.entered:
-			return e
-		case <-ctx.Done():
-			t.Fatal("no start went in")
-			return startEntry{}
-		}
-	}
-	running := func(account, id string) {
-		t.Helper()
-		if v, err := m.WaitStatus(ctx, account, id, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
-			t.Fatalf("%s: %+v %v", id, v, err)
-		}
-	}
+	enters := func() startEntry { t.Helper(); return rt.next(ctx, t) }
+	running := func(account, id string) { t.Helper(); waitRunning(ctx, t, m, account, id) }
 
 	// Alone: both of a's starts are in the runtime at once.
 	a1, a2 := create("a"), create("a")
