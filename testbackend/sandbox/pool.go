@@ -77,8 +77,7 @@ type deferredRefill struct {
 
 func (m *Manager) deferRefillLocked(sandboxID, account, template string) {
 	if m.cfg.RefillDelay < 0 {
-		m.oweLocked(template, account)
-		m.refillLocked(template)
+		m.refillForLocked(template, account)
 		return
 	}
 	m.refills[sandboxID] = &deferredRefill{template: template, account: account, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
@@ -96,15 +95,15 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	}
 	r.timer.Stop()
 	delete(m.refills, sandboxID)
-	m.oweLocked(r.template, r.account)
-	m.refillLocked(r.template)
+	m.refillForLocked(r.template, r.account)
 }
 
-// oweLocked notes that the template's next warm start replaces a
-// container account claimed.
-func (m *Manager) oweLocked(template, account string) {
+// refillForLocked refills the template's pool for a container account
+// claimed: the next warm start takes account's turn.
+func (m *Manager) refillForLocked(template, account string) {
 	p := m.poolLocked(template)
 	p.owed = append(p.owed, account)
+	m.refillLocked(template)
 }
 
 // poolLocked is the template's pool, made on first use.
