@@ -22,16 +22,39 @@ import (
 // account's own cold start would. Otherwise an account that creates and
 // deletes again and again from the pool would have the host start
 // containers for it outside its share of starts.
+//
+// While another account is on the host, a claim is itself a start turn
+// of its account: a create takes a warm container only if its account
+// could start one at that moment (a slot free, the account under its
+// start share, none of its starts waiting), and the claim's refill runs
+// in that turn, so the account's rest counts from the claim. Otherwise
+// the create starts cold in its line. An account's burst of creates then
+// gets no more sandboxes going at once from the pool than from cold
+// starts; an account alone claims whenever a container is ready.
 type warmPool struct {
 	ready   []string // container ids, oldest first
 	filling int
 	held    bool            // a refill waits for the cold starts under way (refillLocked)
 	names   map[string]bool // containers being started, which reconciliation must leave alone
 	backoff time.Duration   // after a failed start, wait before trying again
-	// owed lists the accounts whose claims the next starts replace,
-	// oldest first; a start with none owed takes the pool's own turn
-	// (poolTurn).
-	owed []string
+	// owed lists the starts that replace claimed containers, oldest
+	// first; a start with none owed takes the pool's own turn (poolTurn).
+	owed []owedStart
+}
+
+// owedStart is a warm start a claim owes: it waits for a turn in
+// account's line of the start queue, or, when the claim took that turn
+// already, runs in it and gives it back (turn).
+type owedStart struct {
+	account string
+	turn    func() // the release of a turn held since the claim, or nil
+}
+
+// giveBack releases the turn the start holds, if any.
+func (o owedStart) giveBack() {
+	if o.turn != nil {
+		o.turn()
+	}
 }
 
 // poolTurn is the start queue's line for warm starts no claim owes: the
@@ -45,10 +68,18 @@ func (m *Manager) claimLocked(sandboxID, account string, tpl Template, req Creat
 	if !m.warmReadyLocked(tpl, req, image) {
 		return ""
 	}
+	owed := owedStart{account: account}
+	if m.contended() {
+		turn, ok := m.starts.tryAcquire(account)
+		if !ok {
+			return ""
+		}
+		owed.turn = turn
+	}
 	p := m.pools[tpl.Name]
 	cid := p.ready[0]
 	p.ready = p.ready[1:]
-	m.deferRefillLocked(sandboxID, account, tpl.Name)
+	m.deferRefillLocked(sandboxID, tpl.Name, owed)
 	return cid
 }
 
@@ -71,16 +102,16 @@ const DefaultRefillDelay = time.Second
 // (a gVisor boot) would otherwise take the CPU of that first command.
 type deferredRefill struct {
 	template string
-	account  string // who claimed: the refill takes its start turn
+	owed     owedStart // the claimer's start turn
 	timer    *time.Timer
 }
 
-func (m *Manager) deferRefillLocked(sandboxID, account, template string) {
+func (m *Manager) deferRefillLocked(sandboxID, template string, owed owedStart) {
 	if m.cfg.RefillDelay < 0 {
-		m.refillForLocked(template, account)
+		m.refillForLocked(template, owed)
 		return
 	}
-	m.refills[sandboxID] = &deferredRefill{template: template, account: account, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
+	m.refills[sandboxID] = &deferredRefill{template: template, owed: owed, timer: time.AfterFunc(m.cfg.RefillDelay, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.refillOwedLocked(sandboxID)
@@ -95,14 +126,18 @@ func (m *Manager) refillOwedLocked(sandboxID string) {
 	}
 	r.timer.Stop()
 	delete(m.refills, sandboxID)
-	m.refillForLocked(r.template, r.account)
+	m.refillForLocked(r.template, r.owed)
 }
 
-// refillForLocked refills the template's pool for a container account
-// claimed: the next warm start takes account's turn.
-func (m *Manager) refillForLocked(template, account string) {
+// refillForLocked refills the template's pool for a claimed container:
+// the next warm start is the one the claim owes.
+func (m *Manager) refillForLocked(template string, owed owedStart) {
+	if m.cfg.PoolSize <= 0 || m.ctx.Err() != nil {
+		owed.giveBack()
+		return
+	}
 	p := m.poolLocked(template)
-	p.owed = append(p.owed, account)
+	p.owed = append(p.owed, owed)
 	m.refillLocked(template)
 }
 
@@ -167,9 +202,9 @@ func (m *Manager) fillLocked(template string, p *warmPool) {
 		spec := m.poolSpec(template)
 		p.names[spec.Name] = true
 		wait := p.backoff
-		turn := poolTurn
+		owed := owedStart{account: poolTurn}
 		if len(p.owed) > 0 {
-			turn, p.owed = p.owed[0], p.owed[1:]
+			owed, p.owed = p.owed[0], p.owed[1:]
 		}
 		m.wg.Add(1)
 		go func() {
@@ -180,16 +215,25 @@ func (m *Manager) fillLocked(template string, p *warmPool) {
 				case <-m.ctx.Done():
 				}
 			}
-			release, err := m.starts.acquire(m.ctx, turn)
-			if err != nil { // shutting down
-				m.poolStarted(template, spec.Name, "", err)
-				return
+			release := owed.turn
+			if release == nil {
+				var err error
+				if release, err = m.starts.acquire(m.ctx, owed.account); err != nil { // shutting down
+					m.poolStarted(template, spec.Name, "", err)
+					return
+				}
 			}
 			cid, err := m.startWarm(spec)
 			release()
 			m.poolStarted(template, spec.Name, cid, err)
 		}()
 	}
+	// Claims whose containers another start replaced already (a retry
+	// filled the pool meanwhile) owe nothing more: their turns go back.
+	for _, o := range p.owed {
+		o.giveBack()
+	}
+	p.owed = nil
 }
 
 // prepareTimeout bounds the preparation of one warm container.

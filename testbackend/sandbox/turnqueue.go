@@ -109,8 +109,7 @@ func (q *turnQueue) acquire(ctx context.Context, account string) (release func()
 
 	select {
 	case <-ch:
-		granted := q.now()
-		return func() { q.release(account, q.now().Sub(granted)) }, nil
+		return q.releaser(account), nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -122,6 +121,29 @@ func (q *turnQueue) acquire(ctx context.Context, account string) (release func()
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// tryAcquire takes a slot for account only if acquire would grant one at
+// once: a slot free after the waiters it is owed to (the share may have
+// grown since they queued), the account under its share, and none of its
+// calls waiting. ok false means nothing is held.
+func (q *turnQueue) tryAcquire(account string) (release func(), ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dispatchLocked()
+	if q.running >= q.slots || q.byAccount[account] >= q.limitLocked() || len(q.waiting[account]) > 0 {
+		return nil, false
+	}
+	q.running++
+	q.byAccount[account]++
+	return q.releaser(account), true
+}
+
+// releaser is the release of a slot granted to account now: it gives the
+// slot back with the time it was held.
+func (q *turnQueue) releaser(account string) func() {
+	granted := q.now()
+	return func() { q.release(account, q.now().Sub(granted)) }
 }
 
 func (q *turnQueue) release(account string, held time.Duration) {
@@ -160,10 +182,7 @@ func (q *turnQueue) leaveLocked(account string) {
 // place: one of its own starts ends before long, and dispatches again.
 func (q *turnQueue) dispatchLocked() {
 	for q.running < q.slots && len(q.order) > 0 {
-		limit := q.slots
-		if q.share < q.slots && q.contended() {
-			limit = q.share
-		}
+		limit := q.limitLocked()
 		i := slices.IndexFunc(q.order, func(a string) bool { return q.byAccount[a] < limit })
 		if i < 0 {
 			return
@@ -182,6 +201,15 @@ func (q *turnQueue) dispatchLocked() {
 		q.byAccount[account]++
 		close(ch)
 	}
+}
+
+// limitLocked is how many slots one account may hold now: its share
+// while contended, every slot otherwise.
+func (q *turnQueue) limitLocked() int {
+	if q.share < q.slots && q.contended() {
+		return q.share
+	}
+	return q.slots
 }
 
 func (q *turnQueue) dropLocked(account string, ch chan struct{}) {

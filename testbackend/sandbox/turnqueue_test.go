@@ -233,6 +233,53 @@ func TestStartQueueAloneUsesEverySlot(t *testing.T) {
 }
 
 // holdSlots takes n start slots for account, none of which may wait.
+// TestStartQueueTryAcquire: a slot is taken without waiting only when
+// acquire would grant it at once: not past the account's share while
+// contended, not with every slot busy, not ahead of a waiter a slot is
+// owed to; a slot taken so counts like any other until its release.
+func TestStartQueueTryAcquire(t *testing.T) {
+	var contended atomic.Bool
+	contended.Store(true)
+	q := newTurnQueue(2, 1, 0, contended.Load)
+	ra, ok := q.tryAcquire("a")
+	if !ok {
+		t.Fatal("a's first slot with both free was refused")
+	}
+	if _, ok := q.tryAcquire("a"); ok {
+		t.Fatal("a took a second slot past its share of 1")
+	}
+	waiting := acquireQueued(t, q, "a")
+	rb, ok := q.tryAcquire("b")
+	if !ok {
+		t.Fatal("b's slot under its share, one free, was refused")
+	}
+	if _, ok := q.tryAcquire("c"); ok {
+		t.Fatal("c took a slot with both busy")
+	}
+	rb()
+	// b alone on the host: a's share is every slot, so the free one is
+	// its waiter's, not b's.
+	contended.Store(false)
+	if _, ok := q.tryAcquire("b"); ok {
+		t.Fatal("b took the slot a's waiter is owed")
+	}
+	select {
+	case r := <-waiting:
+		r()
+	case <-time.After(time.Minute):
+		t.Fatal("a's waiter was not granted the free slot")
+	}
+	ra()
+	contended.Store(true)
+	for _, account := range []string{"a", "b"} {
+		r, ok := q.tryAcquire(account)
+		if !ok {
+			t.Fatalf("%s's slot after every release was refused", account)
+		}
+		r()
+	}
+}
+
 func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 	t.Helper()
 	var held []func()
