@@ -232,7 +232,6 @@ func TestStartQueueAloneUsesEverySlot(t *testing.T) {
 	}
 }
 
-// holdSlots takes n start slots for account, none of which may wait.
 // TestStartQueueTryAcquire: a slot is taken without waiting only when
 // acquire would grant it at once: not past the account's share while
 // contended, not with every slot busy, not ahead of a waiter a slot is
@@ -257,8 +256,8 @@ func TestStartQueueTryAcquire(t *testing.T) {
 		t.Fatal("c took a slot with both busy")
 	}
 	rb()
-	// b alone on the host: a's share is every slot, so the free one is
-	// its waiter's, not b's.
+	// Uncontended now: a may hold every slot, so the free one is owed
+	// to a's waiter, not to b.
 	contended.Store(false)
 	if _, ok := q.tryAcquire("b"); ok {
 		t.Fatal("b took the slot a's waiter is owed")
@@ -280,6 +279,7 @@ func TestStartQueueTryAcquire(t *testing.T) {
 	}
 }
 
+// holdSlots takes n start slots for account, none of which may wait.
 func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 	t.Helper()
 	var held []func()
