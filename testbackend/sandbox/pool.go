@@ -50,6 +50,15 @@ type owedStart struct {
 	turn    func() // the release of a turn held since the claim, or nil
 }
 
+// take is the turn the start runs in: the one its claim holds, or the
+// next in account's line (an error: ctx ended first).
+func (o owedStart) take(ctx context.Context, q *turnQueue) (release func(), err error) {
+	if o.turn != nil {
+		return o.turn, nil
+	}
+	return q.acquire(ctx, o.account)
+}
+
 // giveBack releases the turn the start holds, if any.
 func (o owedStart) giveBack() {
 	if o.turn != nil {
@@ -215,13 +224,10 @@ func (m *Manager) fillLocked(template string, p *warmPool) {
 				case <-m.ctx.Done():
 				}
 			}
-			release := owed.turn
-			if release == nil {
-				var err error
-				if release, err = m.starts.acquire(m.ctx, owed.account); err != nil { // shutting down
-					m.poolStarted(template, spec.Name, "", err)
-					return
-				}
+			release, err := owed.take(m.ctx, m.starts)
+			if err != nil { // shutting down
+				m.poolStarted(template, spec.Name, "", err)
+				return
 			}
 			cid, err := m.startWarm(spec)
 			release()

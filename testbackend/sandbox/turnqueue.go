@@ -134,9 +134,14 @@ func (q *turnQueue) tryAcquire(account string) (release func(), ok bool) {
 	if q.running >= q.slots || q.byAccount[account] >= q.limitLocked() || len(q.waiting[account]) > 0 {
 		return nil, false
 	}
+	q.grantLocked(account)
+	return q.releaser(account), true
+}
+
+// grantLocked counts a slot granted to account.
+func (q *turnQueue) grantLocked(account string) {
 	q.running++
 	q.byAccount[account]++
-	return q.releaser(account), true
 }
 
 // releaser is the release of a slot granted to account now: it gives the
@@ -197,8 +202,7 @@ func (q *turnQueue) dispatchLocked() {
 		} else {
 			delete(q.waiting, account)
 		}
-		q.running++
-		q.byAccount[account]++
+		q.grantLocked(account)
 		close(ch)
 	}
 }
