@@ -31,12 +31,18 @@ func (u ungated) Remove(ctx context.Context, ref string) error {
 // runs.
 func runningOf(ctx context.Context, t *testing.T, m *Manager, account, template string) string {
 	t.Helper()
+	id := createdOf(ctx, t, m, account, template)
+	waitRunning(ctx, t, m, account, id)
+	return id
+}
+
+// createdOf creates a sandbox of template for account and returns its id
+// at once, started or not.
+func createdOf(ctx context.Context, t *testing.T, m *Manager, account, template string) string {
+	t.Helper()
 	res, err := m.Create(ctx, account, "", CreateRequest{Template: template})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if v, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil || v.Status != StatusRunning {
-		t.Fatalf("%s: %+v %v", res.Sandbox.ID, v, err)
 	}
 	return res.Sandbox.ID
 }

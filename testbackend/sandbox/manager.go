@@ -304,6 +304,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.weights = newWeights(m.rt)
 	m.starts = newTurnQueue(cfg.StartSlots, cfg.StartShare, restFor(cfg.StartDuty), m.contended)
+	m.starts.onHold = m.startPlacesChanged
 	m.transfers = newTurnQueue(maxTransfers, cfg.TransferShare, 0, m.contended)
 	m.paces = accountrate.New(cfg.TransferRate, TransferBurst)
 	if cfg.DiskReserve > 0 {

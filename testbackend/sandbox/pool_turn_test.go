@@ -124,7 +124,7 @@ func newPoolTurns(t *testing.T, cfg Config) *poolTurns {
 }
 
 // enters is the next start to go in.
-func (h *poolTurns) enters() startEntry { h.t.Helper(); return h.rt.next(h.ctx, h.t) }
+func (h *poolTurns) enters() startEntry { h.t.Helper(); return h.rt.nextStart(h.ctx, h.t) }
 
 func (h *poolTurns) create(account string, req CreateRequest) View {
 	h.t.Helper()

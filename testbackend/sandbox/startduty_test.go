@@ -8,10 +8,9 @@ import (
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
-// heldStartRuntime holds every container start until the test lets it
-// end, and says which sandbox's start went in and when.
-type heldStartRuntime struct {
-	*fakeRuntime
+// startHolds holds container starts until the test lets them end, and
+// says which sandbox's start went in and when.
+type startHolds struct {
 	gates   // by container name: closing one lets its start end
 	entered chan startEntry
 }
@@ -21,30 +20,46 @@ type startEntry struct {
 	at   time.Time
 }
 
-func newHeldStartRuntime() *heldStartRuntime {
-	return &heldStartRuntime{fakeRuntime: newFakeRuntime(), entered: make(chan startEntry, 16)}
-}
+func newStartHolds() *startHolds { return &startHolds{entered: make(chan startEntry, 16)} }
 
-func (r *heldStartRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {
-	r.entered <- startEntry{spec.Name, time.Now()}
+// hold is the start of container name: it waits for its gate.
+func (h *startHolds) hold(ctx context.Context, name string) error {
+	h.entered <- startEntry{name, time.Now()}
 	select {
-	case <-r.gate(spec.Name):
+	case <-h.gate(name):
+		return nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return ctx.Err()
 	}
-	return r.fakeRuntime.Start(ctx, spec)
 }
 
-// next is the next start to go in, or the test fails once ctx ends.
-func (r *heldStartRuntime) next(ctx context.Context, t *testing.T) startEntry {
+// nextStart is the next start to go in, or the test fails once ctx ends.
+func (h *startHolds) nextStart(ctx context.Context, t *testing.T) startEntry {
 	t.Helper()
 	select {
-	case e := <-r.entered:
+	case e := <-h.entered:
 		return e
 	case <-ctx.Done():
 		t.Fatal("no start went in")
 		return startEntry{}
 	}
+}
+
+// heldStartRuntime holds every container start (startHolds).
+type heldStartRuntime struct {
+	*fakeRuntime
+	*startHolds
+}
+
+func newHeldStartRuntime() *heldStartRuntime {
+	return &heldStartRuntime{fakeRuntime: newFakeRuntime(), startHolds: newStartHolds()}
+}
+
+func (r *heldStartRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {
+	if err := r.hold(ctx, spec.Name); err != nil {
+		return "", err
+	}
+	return r.fakeRuntime.Start(ctx, spec)
 }
 
 // waitRunning waits for the account's sandbox id to run.
@@ -64,15 +79,8 @@ func TestStartsRestWhileContended(t *testing.T) {
 	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, StartSlots: 8, StartShare: 1}, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	create := func(account string) string {
-		t.Helper()
-		res, err := m.Create(ctx, account, "", CreateRequest{Template: "base"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Sandbox.ID
-	}
-	enters := func() startEntry { t.Helper(); return rt.next(ctx, t) }
+	create := func(account string) string { t.Helper(); return createdOf(ctx, t, m, account, "base") }
+	enters := func() startEntry { t.Helper(); return rt.nextStart(ctx, t) }
 	running := func(account, id string) { t.Helper(); waitRunning(ctx, t, m, account, id) }
 
 	// Alone: both of a's starts are in the runtime at once.

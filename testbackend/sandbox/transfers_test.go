@@ -196,14 +196,7 @@ func TestTransferWaitEndsWith429(t *testing.T) {
 	defer cancel()
 	var ids []string
 	for _, account := range []string{"a", "b"} {
-		res, err := m.Create(ctx, account, "", CreateRequest{Template: "base"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.WaitStatus(ctx, account, res.Sandbox.ID, []string{StatusRunning}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, res.Sandbox.ID)
+		ids = append(ids, runningOf(ctx, t, m, account, "base"))
 	}
 	first := make(chan error, 1)
 	go func() {

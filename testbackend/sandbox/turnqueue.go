@@ -75,6 +75,10 @@ type turnQueue struct {
 	rest  float64
 	now   func() time.Time
 	after func(time.Duration, func())
+	// onHold, when set, is told each time an account's count of running
+	// and resting calls changes (held); it is called under mu, so it must
+	// not take a lock that is held while calling into the queue.
+	onHold func(account string)
 
 	mu        sync.Mutex
 	running   int
@@ -142,6 +146,21 @@ func (q *turnQueue) tryAcquire(account string) (release func(), ok bool) {
 func (q *turnQueue) grantLocked(account string) {
 	q.running++
 	q.byAccount[account]++
+	q.heldChangedLocked(account)
+}
+
+// held is how many places in the share account holds now: its calls
+// running and resting.
+func (q *turnQueue) held(account string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byAccount[account]
+}
+
+func (q *turnQueue) heldChangedLocked(account string) {
+	if q.onHold != nil {
+		q.onHold(account)
+	}
 }
 
 // releaser is the release of a slot granted to account now: it gives the
@@ -179,6 +198,7 @@ func (q *turnQueue) leaveLocked(account string) {
 	if q.byAccount[account]--; q.byAccount[account] <= 0 {
 		delete(q.byAccount, account)
 	}
+	q.heldChangedLocked(account)
 }
 
 // dispatchLocked hands free slots to the first waiter of each account in

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,22 +129,13 @@ func TestStartQueueRestsWhileContended(t *testing.T) {
 	var contended atomic.Bool
 	contended.Store(true)
 	q := newTurnQueue(1, 1, 3, contended.Load)
-	clock := time.Unix(0, 0)
-	var clockMu sync.Mutex
-	q.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
-	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
-	type timer struct {
-		d time.Duration
-		f func()
-	}
-	timers := make(chan timer, 4)
-	q.after = func(d time.Duration, f func()) { timers <- timer{d, f} }
+	advance, timers := stopClock(q)
 	ctx := context.Background()
 
 	held := holdSlots(t, q, "a", 1)
 	advance(time.Second)
 	held[0]()
-	var rest timer
+	var rest restTimer
 	select {
 	case rest = <-timers:
 	default:
@@ -280,6 +272,65 @@ func TestStartQueueTryAcquire(t *testing.T) {
 }
 
 // holdSlots takes n start slots for account, none of which may wait.
+// restTimer is a rest the queue asked its clock for: f ends it.
+type restTimer struct {
+	d time.Duration
+	f func()
+}
+
+// stopClock gives q a clock that moves only by advance, and rests that
+// end only when the test calls their f; each comes on timers.
+func stopClock(q *turnQueue) (advance func(time.Duration), timers chan restTimer) {
+	clock := time.Unix(0, 0)
+	var mu sync.Mutex
+	q.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	timers = make(chan restTimer, 4)
+	q.after = func(d time.Duration, f func()) { timers <- restTimer{d, f} }
+	return func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }, timers
+}
+
+// TestStartQueueHeldCountsRests: an account's places in the share are
+// its calls running and resting, and the queue tells onHold each change
+// (an account's starts count against its CPU share by them, weights.go).
+// Red with the rest not counted, or a change not told.
+func TestStartQueueHeldCountsRests(t *testing.T) {
+	var contended atomic.Bool
+	contended.Store(true)
+	q := newTurnQueue(2, 1, 3, contended.Load)
+	advance, timers := stopClock(q)
+	var mu sync.Mutex
+	var told []string
+	q.onHold = func(account string) { mu.Lock(); told = append(told, account); mu.Unlock() }
+	held := func(when, account string, want int) {
+		t.Helper()
+		if got := q.held(account); got != want {
+			t.Fatalf("%s: %s holds %d places, want %d", when, account, got, want)
+		}
+	}
+	held("before", "a", 0)
+	ra := holdSlots(t, q, "a", 1)[0]
+	held("a's start running", "a", 1)
+	advance(time.Second)
+	rb := holdSlots(t, q, "b", 1)[0]
+	held("b's start running", "b", 1)
+	ra()
+	held("a's start resting", "a", 1)
+	rb() // held for no time: no rest
+	held("b's start ended", "b", 0)
+	select {
+	case rest := <-timers:
+		rest.f()
+	default:
+		t.Fatal("a's start of 1s ended with no rest")
+	}
+	held("a's rest over", "a", 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a", "b", "b", "a"}; !slices.Equal(told, want) {
+		t.Fatalf("onHold was told %v, want %v", told, want)
+	}
+}
+
 func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 	t.Helper()
 	var held []func()

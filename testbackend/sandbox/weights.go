@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
@@ -30,16 +31,18 @@ import (
 // turn at every step. So while more than one account has live sandboxes,
 // each account's running sandboxes together are also limited to its share
 // of the host's CPUs, Config.HostShare of Config.HostCPUs (the share that
-// bounds its memory, hostcap.go), split by their vCPUs as the weight is,
-// each within its own vCPUs; an account alone on the host has every
-// sandbox's full vCPUs again.
+// bounds its memory, hostcap.go), less the host work of its starts
+// (accountCPUCapLocked), split by their vCPUs as the weight is, each
+// within its own vCPUs; an account alone on the host has every sandbox's
+// full vCPUs again.
 //
 // With a runtime that weighs containers (container.CPUWeigher), a start
 // begins at the weight and limit its account's live sandboxes leave it
 // (startAsyncLocked),
 // and one goroutine brings every running sandbox of an account to its
-// weight and limit whenever a sandbox of the account starts or ends, and
-// every account's when the host goes from one account to more or back:
+// weight and limit whenever a sandbox of the account starts or ends, or
+// its places in the start share change, and every account's when the
+// host goes from one account to more or back:
 // the index (index.go) marks the accounts, and the weighing happens off
 // m.mu.
 
@@ -71,13 +74,27 @@ func accountCPULimit(milli, total, most int64) int64 {
 }
 
 // accountCPUCapLocked is the thousandths of the host's CPUs one account's
-// sandboxes may use together now: its share while other accounts have
-// live sandboxes, 0 (no cap but each sandbox's own) while it is alone.
-func (m *Manager) accountCPUCapLocked() int64 {
+// sandboxes may use together now: while other accounts have live
+// sandboxes, its share less the host work of its starts, counted for at
+// least starting places in the start share (a start about to go in holds
+// one); 0 (no cap but each sandbox's own) while it is alone.
+//
+// A start keeps most of a CPU of the host busy while it runs, outside
+// every sandbox's cgroup: the engine, the runtime's own calls, the
+// network's wiring. While other accounts are on the host, an account's
+// place in the start share runs starts at most Config.StartDuty of the
+// time, resting the rest (turnqueue.go). So each place it holds, running
+// or resting, counts StartDuty of a CPU against its share, never more
+// than half of it: its sandboxes and the host work done to start them
+// together stay within the share, and what another account's commands
+// need of the host is left to them.
+func (m *Manager) accountCPUCapLocked(account string, starting int) int64 {
 	if !m.contended() {
 		return 0
 	}
-	return max(1, int64(m.cfg.HostShare*float64(m.cfg.HostCPUs)*1000))
+	share := max(1, int64(m.cfg.HostShare*float64(m.cfg.HostCPUs)*1000))
+	work := int64(max(m.starts.held(account), starting)) * int64(m.cfg.StartDuty*1000)
+	return max(share-work, (share+1)/2)
 }
 
 // cpuShare is what a running container was given: its weight and limit.
@@ -102,6 +119,11 @@ type weights struct {
 	// (said once). The weighing goroutine's own.
 	total    int
 	totalOff bool
+	// placed holds the accounts whose places in the start share changed
+	// (startPlacesChanged), under its own lock: the start queue tells it
+	// under the queue's, which m.mu is taken before.
+	placedMu sync.Mutex
+	placed   map[string]bool
 }
 
 func newWeights(rt container.Runtime) *weights {
@@ -109,7 +131,7 @@ func newWeights(rt container.Runtime) *weights {
 	if !ok {
 		return nil
 	}
-	return &weights{rt: w, kick: make(chan struct{}, 1), dirty: map[string]bool{}, set: map[string]map[string]cpuShare{}}
+	return &weights{rt: w, kick: make(chan struct{}, 1), dirty: map[string]bool{}, set: map[string]map[string]cpuShare{}, placed: map[string]bool{}}
 }
 
 // weighLocked marks the account's weights for the weighing goroutine.
@@ -118,6 +140,22 @@ func (m *Manager) weighLocked(account string) {
 		return
 	}
 	m.weights.dirty[account] = true
+	select {
+	case m.weights.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startPlacesChanged marks the account's weights for the weighing
+// goroutine: its places in the start share, which count against its CPU
+// share, changed. The start queue calls it under its lock.
+func (m *Manager) startPlacesChanged(account string) {
+	if m.weights == nil {
+		return
+	}
+	m.weights.placedMu.Lock()
+	m.weights.placed[account] = true
+	m.weights.placedMu.Unlock()
 	select {
 	case m.weights.kick <- struct{}{}:
 	default:
@@ -144,7 +182,7 @@ func (m *Manager) startCPULocked(sb *store.Sandbox, nano int64) (int, int64) {
 	if a := m.accounts[sb.Account]; a != nil && a.boxes[sb.ID].sb == sb {
 		total = a.liveMilli
 	}
-	return cpuWeight(milli, total), min(nano, accountCPULimit(milli, total, m.accountCPUCapLocked()))
+	return cpuWeight(milli, total), min(nano, accountCPULimit(milli, total, m.accountCPUCapLocked(sb.Account, 1)))
 }
 
 // weighLoop is the weighing goroutine, started by Start.
@@ -156,6 +194,12 @@ func (m *Manager) weighLoop() {
 		case <-m.weights.kick:
 		}
 		m.mu.Lock()
+		m.weights.placedMu.Lock()
+		for account := range m.weights.placed {
+			m.weights.dirty[account] = true
+		}
+		clear(m.weights.placed)
+		m.weights.placedMu.Unlock()
 		want := make(map[string]map[string]cpuShare, len(m.weights.dirty))
 		for account := range m.weights.dirty {
 			want[account] = m.accountSharesLocked(account)
@@ -207,7 +251,7 @@ func (m *Manager) accountSharesLocked(account string) map[string]cpuShare {
 	if a == nil {
 		return nil
 	}
-	most := m.accountCPUCapLocked()
+	most := m.accountCPUCapLocked(account, 0)
 	ws := map[string]cpuShare{}
 	for id, sb := range a.liveBoxes {
 		if sb.Status == StatusRunning && sb.ContainerID != "" {

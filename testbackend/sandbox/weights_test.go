@@ -211,13 +211,74 @@ func TestAccountsCPUCappedWhileOthersLive(t *testing.T) {
 	rt.wmu.Lock()
 	started := rt.startLimit[ContainerName(a4)]
 	rt.wmu.Unlock()
-	if started != 666000000 {
-		t.Errorf("a's fourth started at %d, want its part of the share, 666000000", started)
+	// The share less the host work of the start (a quarter of a CPU):
+	// 2000 of 6000 vCPU-thousandths of 1750.
+	if started != 583000000 {
+		t.Errorf("a's fourth started at %d, want its part of the share less its start's host work, 583000000", started)
 	}
 	if err := m.Delete(ctx, "b", b1); err != nil {
 		t.Fatal(err)
 	}
 	want("a alone again", map[string]int64{a1: 1e9, a2: 1e9, a3: 2e9, a4: 2e9})
+}
+
+// heldWeighingRuntime weighs containers and holds their starts.
+type heldWeighingRuntime struct {
+	*weighingRuntime
+	*startHolds
+}
+
+func (r *heldWeighingRuntime) Start(ctx context.Context, spec container.Spec) (string, error) {
+	if err := r.hold(ctx, spec.Name); err != nil {
+		return "", err
+	}
+	return r.weighingRuntime.Start(ctx, spec)
+}
+
+// TestStartsCountAgainstCPUShare (fake runtime): beside another account,
+// while one of an account's starts runs (or rests after it), the account's
+// running sandboxes share its CPU share less that start's host work,
+// StartDuty of a CPU, and the start begins at its part of what is left;
+// once its rest is over they share the whole share again. The other
+// account's sandbox keeps its own. Red with the start queue's places not
+// counted in the cap, or their changes not weighed.
+func TestStartsCountAgainstCPUShare(t *testing.T) {
+	rt := &heldWeighingRuntime{weighingRuntime: newWeighingRuntime(), startHolds: newStartHolds()}
+	// The share: 1 of 2 CPUs; a start's host work: a quarter of a CPU.
+	m := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, HostCPUs: 2, HostShare: 0.5, StartShare: 1, StartDuty: 0.25}, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	create := func(account string) string { t.Helper(); return createdOf(ctx, t, m, account, "base") }
+	started := func(account, id string) {
+		t.Helper()
+		close(rt.gate(rt.nextStart(ctx, t).name))
+		waitRunning(ctx, t, m, account, id)
+	}
+	want := func(when string, limits map[string]int64) {
+		t.Helper()
+		waitByContainer(t, m, when, limits, &rt.wmu, rt.limit)
+	}
+	b1 := create("b")
+	started("b", b1)
+	a1 := create("a")
+	started("a", a1)
+	a2 := create("a")
+	started("a", a2)
+	want("a's two beside b's one", map[string]int64{a1: 5e8, a2: 5e8, b1: 1e9})
+
+	a3 := create("a")
+	start := rt.nextStart(ctx, t)
+	// 750 of a's 1000 left for its 3 vCPUs, a3's start among them.
+	want("a's third starting", map[string]int64{a1: 2.5e8, a2: 2.5e8, b1: 1e9})
+	close(rt.gate(start.name))
+	waitRunning(ctx, t, m, "a", a3)
+	rt.wmu.Lock()
+	began := rt.startLimit[start.name]
+	rt.wmu.Unlock()
+	if began != 2.5e8 {
+		t.Errorf("a's third started at %d, want its part of the share less its start's host work, 250000000", began)
+	}
+	want("a's rest over", map[string]int64{a1: 333000000, a2: 333000000, a3: 333000000, b1: 1e9})
 }
 
 // waitByContainer waits until have, read under mu and keyed by container

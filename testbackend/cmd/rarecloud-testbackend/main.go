@@ -62,7 +62,7 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.VCPULimit, "vcpu-limit", 64, `vCPUs the live sandboxes of one account may use together; the tokens file's "accounts":[{"account","vcpuLimit"}] overrides it per account`)
 	fs.Int64Var(&cfg.HostMemoryBytes, "host-memory", 0, "bytes of memory the host offers sandboxes before the reserve (0: the machine's MemTotal; -1: no host bound)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "how far the memory limits of all live sandboxes may add up past the host's memory less a 2 GiB reserve (1: the sandboxes can never take the host's memory)")
-	fs.Float64Var(&cfg.HostShare, "host-share", sandbox.DefaultHostShare, "the part of that capacity one account may hold, and of the host's CPUs while other accounts have live sandboxes (0 to 1)")
+	fs.Float64Var(&cfg.HostShare, "host-share", sandbox.DefaultHostShare, "the part of that capacity one account may hold, and of the host's CPUs while other accounts have live sandboxes, less --start-duty of a CPU for each of its starts running or resting (0 to 1)")
 	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", sandbox.DefaultDiskReserve, "bytes of free space creates leave on the file system of --data: below it a create answers 503 HOST_CAPACITY_EXHAUSTED naming the disk (-1: no bound)")
 	fs.IntVar(&cfg.StartSlots, "start-slots", sandbox.DefaultStartSlots, "container starts that run at once; the rest wait, in turns across accounts")
 	fs.IntVar(&cfg.StartShare, "start-share", sandbox.DefaultStartShare(), "container starts one account runs at once while other accounts have live sandboxes (a start's engine and boot work is host CPU outside any sandbox's limit); an account alone uses every slot")
