@@ -140,10 +140,7 @@ func (m *Manager) weighLocked(account string) {
 		return
 	}
 	m.weights.dirty[account] = true
-	select {
-	case m.weights.kick <- struct{}{}:
-	default:
-	}
+	m.weights.wake()
 }
 
 // startPlacesChanged marks the account's weights for the weighing
@@ -156,8 +153,13 @@ func (m *Manager) startPlacesChanged(account string) {
 	m.weights.placedMu.Lock()
 	m.weights.placed[account] = true
 	m.weights.placedMu.Unlock()
+	m.weights.wake()
+}
+
+// wake leaves the weighing goroutine one pending wake-up.
+func (w *weights) wake() {
 	select {
-	case m.weights.kick <- struct{}{}:
+	case w.kick <- struct{}{}:
 	default:
 	}
 }
