@@ -271,7 +271,6 @@ func TestStartQueueTryAcquire(t *testing.T) {
 	}
 }
 
-// holdSlots takes n start slots for account, none of which may wait.
 // restTimer is a rest the queue asked its clock for: f ends it.
 type restTimer struct {
 	d time.Duration
@@ -331,6 +330,7 @@ func TestStartQueueHeldCountsRests(t *testing.T) {
 	}
 }
 
+// holdSlots takes n start slots for account, none of which may wait.
 func holdSlots(t *testing.T, q *turnQueue, account string, n int) []func() {
 	t.Helper()
 	var held []func()
