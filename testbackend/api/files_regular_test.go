@@ -115,15 +115,18 @@ func TestFilesNotRegularTestMode(t *testing.T) {
 // same holds in a run-mode sandbox, whose program is the swap.
 func TestFileReadRacesASwappedFIFO(t *testing.T) {
 	t.Parallel()
+	const swapLife = 30 * 60 * 1000 // ms: the test deletes the sandbox long before
 	// The path is a FIFO or the file in turn, each for about a millisecond
 	// (absent for the instant between two renames). The pauses keep the
 	// swap from spending its whole vCPU: without them the sandbox's reads
 	// queued behind it, and the two swaps took two cores from the rest of
-	// the suite for minutes.
+	// the suite for minutes. It runs until the sandbox goes, which lives
+	// longer than the default 5 min: on a machine of this kind the 200
+	// run-mode reads (each one the engine's exec) took 65 s beside the
+	// rest of the suite, and slower machines of the kind are 4× slower.
 	swapper := `import os, time
 os.mkfifo("/tmp/f"); open("/tmp/r", "w").write("x")
-end = time.time() + 300
-while time.time() < end:
+while True:
     os.rename("/tmp/f", "/tmp/p"); time.sleep(0.001); os.rename("/tmp/p", "/tmp/f")
     os.rename("/tmp/r", "/tmp/p"); time.sleep(0.001); os.rename("/tmp/p", "/tmp/r")
 `
@@ -133,9 +136,9 @@ while time.time() < end:
 			c := realBackend(t)
 			var id string
 			if mode == "run mode" {
-				id = c.Running(tokA, map[string]any{"template": "python", "cmd": []string{"python3", "-c", swapper}}).ID
+				id = c.Running(tokA, map[string]any{"template": "python", "cmd": []string{"python3", "-c", swapper}, "timeoutMs": swapLife}).ID
 			} else {
-				id = c.Running(tokA, map[string]any{"template": "python"}).ID
+				id = c.Running(tokA, map[string]any{"template": "python", "timeoutMs": swapLife}).ID
 				swap := "nohup python3 -c '" + swapper + "' >/dev/null 2>&1 &" // swapper has no single quote
 				if out := c.Command(tokA, id, swap, 0); exitCode(t, out) != 0 {
 					t.Fatalf("start the swap: %v", out)
