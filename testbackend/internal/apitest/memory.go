@@ -8,10 +8,12 @@ import "strings"
 //
 // Under gVisor (systrap, cgroup v1) the host kernel enforces the limit on
 // the pages the sandbox holds, and a single program over it is stopped in
-// one of three ways, each seen on these machines:
-//   - killed (137): the kernel's OOM killer killed its systrap stub;
-//   - a segmentation fault (139): a page it touched could not be backed
-//     while the OOM killer was at work (stop 57's CI, 2026-12-07);
+// one of three ways:
+//   - killed (137), the usual way here: the kernel's OOM killer killed its
+//     systrap stub;
+//   - a segmentation fault (139), seen once in CI (2026-12-07) with no
+//     output: as far as can be told, a page it touched that gVisor could
+//     not back while the OOM killer was at work;
 //   - MemoryError: the allocation itself was refused, and Python says so.
 func MemoryStop(res ExecResult) (mechanism string, ok bool) {
 	switch {
