@@ -163,6 +163,7 @@ func TestContainerLostOnGVisor(t *testing.T) {
 	cli := engine(t, b)
 	sbs := c.RunningAll(tokA, map[string]any{"template": "base", "image": "rarecloud/sandbox-python:latest"}, map[string]any{})
 	killed, removed := sbs[0], sbs[1]
+	hogStart := time.Now()
 	res := apitest.DecodeData[apitest.ExecResult](t, c.Do("POST", "/sandboxes/"+killed.ID+"/run_code", tokA, map[string]any{"language": "python", "code": hog, "timeoutMs": 120000}, nil))
 	how, ok := apitest.MemoryStop(res)
 	if !ok || strings.Contains(res.Stdout, "allocated-all") {
@@ -175,7 +176,7 @@ func TestContainerLostOnGVisor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	killedCtr := containerOf(t, b, killed.ID)
-	waitEngineOOM(ctx, t, cli, killedCtr)
+	waitEngineOOM(ctx, t, cli, killedCtr, hogStart)
 	if err := cli.ContainerKill(ctx, killedCtr, "KILL"); err != nil {
 		t.Fatal(err)
 	}
@@ -206,21 +207,13 @@ var containerRemoveForce = dockercontainer.RemoveOptions{Force: true}
 // one that makes it flag the container OOMKilled when it ends: the
 // premise of TestContainerLostOnGVisor's killed sandbox. The engine
 // records it apart from the program's exit, so it is waited for (the
-// events since the container's start, then new ones), not looked up once.
-func waitEngineOOM(ctx context.Context, t *testing.T, cli *dockerclient.Client, id string) {
+// events since the hog started, then new ones), not looked up once.
+func waitEngineOOM(ctx context.Context, t *testing.T, cli *dockerclient.Client, id string, since time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := cli.ContainerInspect(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, err := time.Parse(time.RFC3339Nano, c.State.StartedAt)
-	if err != nil {
-		t.Fatal(err)
-	}
 	msgs, errs := cli.Events(ctx, dockerevents.ListOptions{
-		Since: fmt.Sprint(started.Add(-time.Second).Unix()),
+		Since: fmt.Sprint(since.Add(-time.Second).Unix()), // whole seconds: one back covers the rounding
 		Filters: dockerfilters.NewArgs(
 			dockerfilters.Arg("type", string(dockerevents.ContainerEventType)),
 			dockerfilters.Arg("container", id),
