@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,36 @@ func (p *heldPacer) total() int {
 	return p.charged
 }
 
+// afterward says, for a transfer that failed, how the container's agent
+// session stands and whether a command still gets an answer: a stuck
+// session or agent fails that too, a lost request does not.
+func afterward(d *Runtime, id string) string {
+	d.sessMu.Lock()
+	s := d.liveSession(id)
+	d.sessMu.Unlock()
+	over := "no agent session"
+	if s != nil {
+		s.mu.Lock()
+		over = "the agent session is over the attach stream"
+		if s.conn != nil {
+			over = "the agent session is over its channel"
+		}
+		s.mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := d.Exec(ctx, id, container.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: 10 * time.Second, MaxOutput: 1 << 10})
+	took := time.Since(start).Round(time.Millisecond)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s; a command after it: %v after %v", over, err, took)
+	case res.ExitCode == nil:
+		return fmt.Sprintf("%s; a command after it got no exit code (timed out: %v) after %v", over, res.TimedOut, took)
+	}
+	return fmt.Sprintf("%s; a command after it answered exit %d, %q, in %v", over, *res.ExitCode, res.Stdout, took)
+}
+
 // TestFileTransfersMoveAtTheirPace: a file write's content and a file
 // read's answer pass through their pacer, every byte, on both exec paths:
 // while the pacer holds, the transfer does not end, and once it lets go
@@ -82,8 +113,9 @@ func TestFileTransfersMoveAtTheirPace(t *testing.T) {
 			case <-time.After(200 * time.Millisecond):
 			}
 			close(p.release)
+			released := time.Now()
 			if err := <-done; err != nil {
-				t.Fatalf("the %s: %v", what, err)
+				t.Fatalf("the %s: %v, %v after its pacer let go; %s", what, err, time.Since(released).Round(time.Millisecond), afterward(d, id))
 			}
 			if got := p.total(); got < size {
 				t.Fatalf("the %s charged its pacer %d bytes, want at least the file's %d", what, got, size)
