@@ -81,10 +81,16 @@ func (d *Runtime) mountAgent(hc *dockercontainer.HostConfig) {
 type agentSession struct {
 	hj      io.Closer
 	writeMu sync.Mutex
-	w       io.Writer // guarded by writeMu: the channel when there is one, else the attach stream
-	mu      sync.Mutex
-	conn    net.Conn // guarded by mu: the channel, nil without one
-	pending map[uint64]pendingCall
+	w       net.Conn // guarded by writeMu: the channel when there is one, else the attach stream
+	stdin   net.Conn // the attach stream
+	// stall bounds the wait for the agent to take a chunk of a request
+	// line (agentwrite.go); brokeLine records half a line left on the
+	// attach stream.
+	stall     time.Duration
+	brokeLine func()
+	mu        sync.Mutex
+	conn      net.Conn // guarded by mu: the channel, nil without one
+	pending   map[uint64]pendingCall
 	// forgotten holds the requests whose caller gave up (timeout, cancel):
 	// their answers still come, and are dropped, read at the pace the
 	// request had, so that giving up on a paced transfer does not move
@@ -248,7 +254,13 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 	}
 	// Every attached client sees every answer, so ids start at a random
 	// point: two backends on one container never take each other's.
-	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
+	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, stdin: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
+	s.stall = d.agentWriteStall
+	s.brokeLine = func() {
+		d.sessMu.Lock()
+		d.brokenLine[cid] = true
+		d.sessMu.Unlock()
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
@@ -261,6 +273,7 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 		err := s.readFrames(pr)
 		d.sessionEnded(cid, s, fmt.Errorf("agent session with %s ended: %w", cid, err))
 	}()
+	d.endLine(cid, s)
 	if ch := d.takeChannel(cid); ch != nil {
 		d.connectChannel(cid, s, ch)
 	}
@@ -466,7 +479,8 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	if s.err != nil {
 		err := s.err
 		s.mu.Unlock()
-		return agent.Response{}, err
+		// Nothing of the request went out.
+		return agent.Response{}, fmt.Errorf("%w: %w", container.ErrExecNotStarted, err)
 	}
 	s.nextID++
 	req.ID = s.nextID
@@ -488,12 +502,14 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	}
 	s.writeMu.Lock()
 	// A line is written whole even when ctx ends: half of one would
-	// break the session for every later request.
-	_, err = container.PacedWrite(context.WithoutCancel(ctx), s.w, append(line, '\n'), pace)
+	// break the session for every later request. An agent that stops
+	// taking it ends the session (agentwrite.go).
+	w := s.w
+	n, err := container.PacedWrite(context.WithoutCancel(ctx), stallBounded{w, s.stall}, append(line, '\n'), pace)
 	s.writeMu.Unlock()
 	if err != nil {
 		forget()
-		return agent.Response{}, fmt.Errorf("write to agent: %w", err)
+		return agent.Response{}, s.writeFailed(w, n, err)
 	}
 	var timer <-chan time.Time
 	if wait > 0 {
@@ -558,6 +574,8 @@ func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req
 			return res, d.engineErr("exec in container "+id, ierr)
 		case ierr != nil && cerrdefs.IsNotFound(ierr):
 			return res, fmt.Errorf("%w: %s", container.ErrNotFound, id)
+		case errors.Is(err, container.ErrExecNotStarted):
+			return res, fmt.Errorf("runtime: exec in container %s: %w", id, err)
 		}
 		return res, d.containerErr("exec in", id, err)
 	}

@@ -121,8 +121,14 @@ type Runtime struct {
 	closed     bool // Close ran: late attaches are closed at once
 	// attachTimeout bounds an attach to an agent (tests shorten it).
 	attachTimeout time.Duration
-	noAgent       map[string]bool   // containers known to have no agent
-	killed        map[string]string // containers this runtime killed, with why (see hostileAgent)
+	// agentWriteStall bounds the wait for an agent to take a chunk of a
+	// request line (agentwrite.go; tests shorten it).
+	agentWriteStall time.Duration
+	// brokenLine marks containers whose attach stream holds half a request
+	// line (agentwrite.go), by full container id.
+	brokenLine map[string]bool
+	noAgent    map[string]bool   // containers known to have no agent
+	killed     map[string]string // containers this runtime killed, with why (see hostileAgent)
 
 	registries       *registryPolicy
 	pullTimeout      time.Duration
@@ -228,9 +234,11 @@ func New(opts Options) (*Runtime, error) {
 		channelDir:  channelDir,
 		weightFiles: map[string]cpuWeightFile{},
 
-		attachTimeout: defaultAttachTimeout,
-		noAgent:       map[string]bool{},
-		killed:        map[string]string{},
+		attachTimeout:   defaultAttachTimeout,
+		agentWriteStall: defaultAgentWriteStall,
+		brokenLine:      map[string]bool{},
+		noAgent:         map[string]bool{},
+		killed:          map[string]string{},
 
 		registries:       registries,
 		pullTimeout:      orDefault(opts.PullTimeout, container.DefaultPullTimeout),

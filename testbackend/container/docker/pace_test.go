@@ -55,18 +55,7 @@ func (p *heldPacer) total() int {
 // session stands and whether a command still gets an answer: a stuck
 // session or agent fails that too, a lost request does not.
 func afterward(d *Runtime, id string) string {
-	d.sessMu.Lock()
-	s := d.liveSession(id)
-	d.sessMu.Unlock()
-	over := "no agent session"
-	if s != nil {
-		s.mu.Lock()
-		over = "the agent session is over the attach stream"
-		if s.conn != nil {
-			over = "the agent session is over its channel"
-		}
-		s.mu.Unlock()
-	}
+	over := agentTransport(d, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()

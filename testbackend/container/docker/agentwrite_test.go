@@ -1,0 +1,104 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
+)
+
+// Where the container's agent session stands, in words.
+const (
+	noSession      = "no agent session"
+	overAttach     = "the agent session is over the attach stream"
+	overTheChannel = "the agent session is over its channel"
+)
+
+// agentTransport says whether the container has a live agent session, and
+// over which stream.
+func agentTransport(d *Runtime, id string) string {
+	d.sessMu.Lock()
+	s := d.liveSession(id)
+	d.sessMu.Unlock()
+	if s == nil {
+		return noSession
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		return overTheChannel
+	}
+	return overAttach
+}
+
+// TestStoppedAgentHoldsNothing: sandbox code stops its agent with
+// `kill -STOP 1` (gVisor lets it: nothing shields the first process as
+// Linux shields a namespace's init). A file write of 3 MiB to it then
+// fails within the stall bound as not started, instead of holding its
+// caller for as long as the sandbox lives. Once the agent runs again, the
+// next command is answered over a new session: over the channel or, with
+// the attach stream only, after the half line the write left there.
+func TestStoppedAgentHoldsNothing(t *testing.T) {
+	t.Parallel()
+	for _, m := range []struct {
+		name       string
+		attachOnly bool
+		want       string
+	}{{"channel", false, overTheChannel}, {"attach-only", true, overAttach}} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			d := requireEngine(t, Options{EngineAttachOnly: m.attachOnly})
+			d.agentWriteStall = 2 * time.Second
+			id := start(t, d, testSpec(t))
+			echo := container.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: 10 * time.Second, MaxOutput: 1 << 10}
+
+			// Control: the agent answers, over the stream this case is about.
+			wantExit(t, exec(t, d, id, echo), 0)
+			if got := agentTransport(d, id); got != m.want {
+				t.Fatalf("before the attack: %s, want %s", got, m.want)
+			}
+
+			// The attack. Its own answer never comes: the agent stops
+			// before the shell that signals it ends.
+			res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "kill -STOP 1"}, Timeout: time.Second, MaxOutput: 1 << 10})
+			if !res.TimedOut {
+				t.Fatalf("kill -STOP 1 was answered (%+v): the sandbox could not stop its agent, so this test proves nothing", res)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			content := strings.Repeat("<stalled>\n", (3<<20)/10)
+			done := make(chan error, 1)
+			started := time.Now()
+			go func() { done <- d.WriteFile(ctx, id, "/home/user/stalled.txt", content, nil) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, container.ErrExecNotStarted) || !errors.Is(err, errAgentStalled) {
+					t.Fatalf("the write to a stopped agent: %v, want not started, the agent stalled", err)
+				}
+				t.Logf("the write to the stopped agent failed after %v: %v", time.Since(started).Round(time.Millisecond), err)
+			case <-time.After(time.Minute):
+				t.Fatal("the write to a stopped agent still held its caller after a minute")
+			}
+			if got := agentTransport(d, id); got != noSession {
+				t.Fatalf("after the stalled write: %s, want the session ended", got)
+			}
+
+			// The agent runs again (as a backend operator would resume it):
+			// the next command is answered, over a new session.
+			kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer kcancel()
+			if err := d.cli.ContainerKill(kctx, id, "CONT"); err != nil {
+				t.Fatal(err)
+			}
+			res = exec(t, d, id, echo)
+			wantExit(t, res, 0)
+			if string(res.Stdout) != "ok\n" {
+				t.Fatalf("after the agent resumed: stdout %q", res.Stdout)
+			}
+		})
+	}
+}
