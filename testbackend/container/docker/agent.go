@@ -82,7 +82,7 @@ type agentSession struct {
 	w       net.Conn // guarded by writeMu: the channel when there is one, else the attach stream
 	stdin   net.Conn // the attach stream
 	// stall bounds the wait for the agent to take a chunk of a request
-	// line (agentwrite.go); brokeLine records half a line left on the
+	// line (agentstall.go); brokeLine records half a line left on the
 	// attach stream.
 	stall     time.Duration
 	brokeLine func()
@@ -324,7 +324,11 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 			delete(s.pending, req.ID)
 			s.forgotten[req.ID] = p
 		}
+		left := len(s.forgotten)
 		s.mu.Unlock()
+		if left > maxForgotten {
+			s.end(fmt.Errorf("%w: %d requests left unanswered", errAgentStalled, left))
+		}
 	}
 
 	line, err := json.Marshal(req)
@@ -335,7 +339,7 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 	s.writeMu.Lock()
 	// A line is written whole even when ctx ends: half of one would
 	// break the session for every later request. An agent that stops
-	// taking it ends the session (agentwrite.go).
+	// taking it ends the session (agentstall.go).
 	w := s.w
 	n, err := container.PacedWrite(context.WithoutCancel(ctx), stallBounded{w, s.stall}, append(line, '\n'), pace)
 	s.writeMu.Unlock()

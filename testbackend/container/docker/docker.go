@@ -122,10 +122,10 @@ type Runtime struct {
 	// attachTimeout bounds an attach to an agent (tests shorten it).
 	attachTimeout time.Duration
 	// agentWriteStall bounds the wait for an agent to take a chunk of a
-	// request line (agentwrite.go; tests shorten it).
+	// request line (agentstall.go; tests shorten it).
 	agentWriteStall time.Duration
 	// brokenLine marks containers whose attach stream holds half a request
-	// line (agentwrite.go), by full container id.
+	// line (agentstall.go), by full container id.
 	brokenLine map[string]bool
 	noAgent    map[string]bool   // containers known to have no agent
 	killed     map[string]string // containers this runtime killed, with why (see hostileAgent)

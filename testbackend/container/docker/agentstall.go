@@ -24,15 +24,26 @@ import (
 // request attaches again. Half a line left on the attach stream, which
 // outlives the session (the container's stdin), is ended with a newline
 // by the next attach before its first request: the agent answers the
-// broken line as a bad request, to no pending call.
+// broken line as a bad request, to no pending call. Requests whose
+// callers stopped waiting are kept until their answers come, to drop
+// them at their pace; a session ends when it keeps more than
+// maxForgotten, as a stopped agent's would for the sandbox's life.
 
 // defaultAgentWriteStall is how long the agent may leave a chunk of a
 // request line untaken: a live agent reads its stream continuously, so
 // even at its CPU limit it takes a chunk in far less.
 const defaultAgentWriteStall = 30 * time.Second
 
-// errAgentStalled is a request line the agent stopped taking.
-var errAgentStalled = errors.New("the sandbox's agent stopped taking its requests")
+// maxForgotten bounds the requests of a session whose callers stopped
+// waiting before their answer came (agentSession.forgotten): an agent
+// that leaves more unanswered is stopped or stuck, and each would be kept
+// for as long as the sandbox lives. The session ends instead; the next
+// request attaches again.
+const maxForgotten = 1024
+
+// errAgentStalled is an agent that stopped taking its requests, or
+// answering them.
+var errAgentStalled = errors.New("the sandbox's agent stopped taking or answering its requests")
 
 // stallBounded writes to c in chunks of at most container.PaceChunk,
 // each of which must be taken within stall. A pacer waits between the

@@ -3,10 +3,13 @@ package docker
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
@@ -100,5 +103,41 @@ func TestStoppedAgentHoldsNothing(t *testing.T) {
 				t.Fatalf("after the agent resumed: stdout %q", res.Stdout)
 			}
 		})
+	}
+}
+
+// TestUnansweredRequestsEndTheSession: an agent that takes its requests
+// and answers none (stopped after reading them, or stuck) leaves each
+// request whose caller stopped waiting in the session; the one past
+// maxForgotten ends the session, and the next request fails as not
+// started instead of joining them.
+func TestUnansweredRequestsEndTheSession(t *testing.T) {
+	t.Parallel()
+	backend, agentSide := net.Pipe()
+	defer agentSide.Close()
+	go func() { _, _ = io.Copy(io.Discard, agentSide) }() // takes every line, answers none
+	s := newTestSession()
+	s.hj = closerFunc(func() { _ = backend.Close() })
+	s.w, s.stdin, s.stall = backend, backend, time.Minute
+	req := agent.Request{Argv: []string{"true"}}
+	for i := 0; i <= maxForgotten; i++ {
+		if _, err := s.call(context.Background(), req, time.Millisecond, nil); !errors.Is(err, errAgentTimeout) {
+			t.Fatalf("request %d: %v, want the wait for its answer over", i+1, err)
+		}
+		select {
+		case <-s.done:
+			if i < maxForgotten {
+				t.Fatalf("the session ended after %d unanswered requests, want it kept up to %d", i+1, maxForgotten)
+			}
+		default:
+		}
+	}
+	select {
+	case <-s.done:
+	default:
+		t.Fatalf("the session kept %d unanswered requests", len(s.forgotten))
+	}
+	if _, err := s.call(context.Background(), req, time.Millisecond, nil); !errors.Is(err, container.ErrExecNotStarted) || !errors.Is(err, errAgentStalled) {
+		t.Fatalf("a request after: %v, want not started, the agent stalled", err)
 	}
 }
