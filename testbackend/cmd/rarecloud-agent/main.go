@@ -65,6 +65,12 @@ func main() {
 	agent.Reap()
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	// Sandbox code may signal the agent (gVisor does not shield a
+	// sandbox's first process as Linux shields a namespace's init): the
+	// job-control stops are caught and dropped, not ignored, so the
+	// commands the agent starts get them at their default. SIGSTOP cannot
+	// be caught; the backend bounds what a stopped agent holds.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 	// The channel is dialled before stdin is read: when the backend's
 	// ping over stdin is answered, the connect has been made or failed.
 	channel := ""

@@ -141,3 +141,34 @@ func TestUnansweredRequestsEndTheSession(t *testing.T) {
 		t.Fatalf("a request after: %v, want not started, the agent stalled", err)
 	}
 }
+
+// TestAgentShrugsOffJobControlStops: sandbox code sends its agent the
+// job-control stops (SIGTSTP, SIGTTIN, SIGTTOU), which would stop it as
+// SIGSTOP does: the agent keeps answering, and a command it starts still
+// has them at their default, neither ignored nor blocked.
+func TestAgentShrugsOffJobControlStops(t *testing.T) {
+	t.Parallel()
+	d := requireEngine(t, Options{})
+	id := start(t, d, testSpec(t))
+	for _, sig := range []string{"TSTP", "TTIN", "TTOU"} {
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", "kill -" + sig + " 1 && echo sent"}, Timeout: 5 * time.Second, MaxOutput: 1 << 10})
+		if res.TimedOut {
+			t.Fatalf("kill -%s 1: no answer, the agent stopped", sig)
+		}
+		wantExit(t, res, 0)
+		if string(res.Stdout) != "sent\n" {
+			t.Fatalf("kill -%s 1: stdout %q", sig, res.Stdout)
+		}
+	}
+	// A command's child at the default stops on each; one that inherited
+	// them ignored sleeps on. The signal goes once the child runs sleep:
+	// one sent between its fork and its exec was seen lost under gVisor.
+	for _, sig := range []string{"TSTP", "TTIN", "TTOU"} {
+		script := "sleep 30 & p=$!; until grep -q '^Name:.*sleep' /proc/$p/status; do sleep 0.05; done; kill -" + sig + " $p; for i in $(seq 100); do s=$(grep '^State:' /proc/$p/status); case $s in *stopped*) break;; esac; sleep 0.1; done; echo $s; kill -KILL $p"
+		res := exec(t, d, id, container.ExecRequest{Cmd: []string{"sh", "-c", script}, Timeout: 30 * time.Second, MaxOutput: 1 << 10})
+		wantExit(t, res, 0)
+		if !strings.Contains(string(res.Stdout), "T (stopped)") {
+			t.Errorf("a command's child sent SIG%s: %q, want it stopped (the signal at its default)", sig, strings.TrimSpace(string(res.Stdout)))
+		}
+	}
+}
