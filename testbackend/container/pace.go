@@ -46,16 +46,16 @@ func (pr *pacedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// PacedWrite writes b to w at p's pace, PaceChunk at a time.
+// PacedWrite writes b to w PaceChunk at a time, each at p's pace (nil: at
+// once), so a writer that bounds each Write bounds every chunk.
 func PacedWrite(ctx context.Context, w io.Writer, b []byte, p Pacer) (int, error) {
-	if p == nil {
-		return w.Write(b)
-	}
 	written := 0
 	for len(b) > 0 {
 		chunk := b[:min(len(b), PaceChunk)]
-		if err := p.WaitN(ctx, len(chunk)); err != nil {
-			return written, err
+		if p != nil {
+			if err := p.WaitN(ctx, len(chunk)); err != nil {
+				return written, err
+			}
 		}
 		n, err := w.Write(chunk)
 		written += n

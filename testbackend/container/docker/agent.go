@@ -411,6 +411,8 @@ func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req
 		case ierr != nil && cerrdefs.IsNotFound(ierr):
 			return res, fmt.Errorf("%w: %s", container.ErrNotFound, id)
 		case errors.Is(err, container.ErrExecNotStarted):
+			// Kept whole: containerErr would read a write's EPIPE as the
+			// engine gone, and lose that nothing ran.
 			return res, fmt.Errorf("runtime: exec in container %s: %w", id, err)
 		}
 		return res, d.containerErr("exec in", id, err)

@@ -45,32 +45,25 @@ const maxForgotten = 1024
 // answering them.
 var errAgentStalled = errors.New("the sandbox's agent stopped taking or answering its requests")
 
-// stallBounded writes to c in chunks of at most container.PaceChunk,
-// each of which must be taken within stall. A pacer waits between the
-// chunks, never inside the bound.
+// stallBounded bounds each Write to c: it fails unless taken within
+// stall. The request line comes through container.PacedWrite, a
+// container.PaceChunk at a time, so that is the most the agent may leave
+// untaken for stall; a pacer waits between the writes, never inside the
+// bound.
 type stallBounded struct {
 	c     net.Conn
 	stall time.Duration
 }
 
 func (w stallBounded) Write(b []byte) (int, error) {
-	written := 0
-	for len(b) > 0 {
-		chunk := b[:min(len(b), container.PaceChunk)]
-		if err := w.c.SetWriteDeadline(time.Now().Add(w.stall)); err != nil {
-			return written, err
-		}
-		n, err := w.c.Write(chunk)
-		written += n
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return written, fmt.Errorf("%w: it took no more of the line for %s", errAgentStalled, w.stall)
-		}
-		if err != nil {
-			return written, err
-		}
-		b = b[n:]
+	if err := w.c.SetWriteDeadline(time.Now().Add(w.stall)); err != nil {
+		return 0, err
 	}
-	return written, nil
+	n, err := w.c.Write(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: it took no more of the line for %s", errAgentStalled, w.stall)
+	}
+	return n, err
 }
 
 // writeFailed ends the session after a request line written to w could
@@ -99,8 +92,8 @@ func (d *Runtime) endLine(cid string, s *agentSession) {
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	if _, err := (stallBounded{s.w, s.stall}).Write([]byte{'\n'}); err != nil {
-		s.end(fmt.Errorf("write to agent: %w", err))
+	if n, err := (stallBounded{s.w, s.stall}).Write([]byte{'\n'}); err != nil {
+		_ = s.writeFailed(s.w, n, err)
 	}
 }
 
