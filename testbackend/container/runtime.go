@@ -32,6 +32,13 @@ var (
 	// container's runtime refused to start the process. Any other Exec
 	// error may come after the process started.
 	ErrExecNotStarted = errors.New("process not started")
+	// ErrAgentLost wraps an Exec or file error that came after the
+	// request reached the sandbox's agent, when the agent's session broke
+	// while the container still ran: the sandbox's own processes stopped,
+	// closed or replaced its agent. The request may have run. It is the
+	// sandbox's fault, never the engine's: nothing about it says the
+	// engine is down.
+	ErrAgentLost = errors.New("the sandbox's agent broke off the session")
 )
 
 // Labels every owned container carries, so a backend finds its own after a
