@@ -80,12 +80,12 @@ func (m *Manager) createIdempotent(ctx context.Context, account, idemKey string,
 	case err == nil:
 		entry.rec.SandboxID = res.Sandbox.ID
 		entry.rec.Status = 201
-		entry.rec.Body, _ = json.Marshal(res.Sandbox)
+		entry.rec.Body, _ = encodeKept(res.Sandbox)
 	case errors.As(err, &apiErr) && !retryable(apiErr.Code):
 		// A client error spends the key: the same request would fail the
 		// same way, and replaying it keeps the answer stable.
 		entry.rec.Status = 400
-		entry.rec.Body, _ = json.Marshal(apiErr)
+		entry.rec.Body, _ = encodeKept(apiErr)
 	default:
 		// Transient failures release the key so a retry can succeed.
 		delete(m.idem, mapKey)
@@ -111,7 +111,7 @@ func retryable(code string) bool {
 
 // MarshalJSON lets a stored client error be replayed as it was.
 func (e *Error) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return encodeKept(struct {
 		Code          string `json:"code"`
 		Message       string `json:"message"`
 		Unprocessable bool   `json:"unprocessable,omitempty"`

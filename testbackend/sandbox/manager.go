@@ -53,12 +53,17 @@ type Config struct {
 	// IdempotencyTTL keeps idempotency keys; default 24h.
 	IdempotencyTTL time.Duration
 	// MaxRetainedPerAccount caps each account's ended sandboxes kept for
-	// Retention: past it its oldest (by EndedAt) are forgotten early.
-	// MaxIdempotencyKeysPerAccount caps its idempotency keys: past it its
-	// oldest are forgotten early. Defaults DefaultMaxRetainedPerAccount
-	// and DefaultMaxIdempotencyKeysPerAccount (caps.go).
-	MaxRetainedPerAccount        int
-	MaxIdempotencyKeysPerAccount int
+	// Retention, and MaxRetainedBytesPerAccount their records' bytes:
+	// past either its oldest (by EndedAt) are forgotten early.
+	// MaxIdempotencyKeysPerAccount caps its idempotency keys, and
+	// MaxIdempotencyBytesPerAccount what they keep: past either its
+	// oldest are forgotten early. Defaults DefaultMaxRetainedPerAccount,
+	// DefaultMaxRetainedBytesPerAccount, DefaultMaxIdempotencyKeysPerAccount
+	// and DefaultMaxIdempotencyBytesPerAccount (caps.go).
+	MaxRetainedPerAccount         int
+	MaxRetainedBytesPerAccount    int64
+	MaxIdempotencyKeysPerAccount  int
+	MaxIdempotencyBytesPerAccount int64
 	// PullTimeout bounds how long a create waits for its image's pull;
 	// default container.DefaultPullTimeout (the runtime's own bound of
 	// one pull, which the backend sets to the same value).
@@ -217,6 +222,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxIdempotencyKeysPerAccount <= 0 {
 		cfg.MaxIdempotencyKeysPerAccount = DefaultMaxIdempotencyKeysPerAccount
+	}
+	if cfg.MaxRetainedBytesPerAccount <= 0 {
+		cfg.MaxRetainedBytesPerAccount = DefaultMaxRetainedBytesPerAccount
+	}
+	if cfg.MaxIdempotencyBytesPerAccount <= 0 {
+		cfg.MaxIdempotencyBytesPerAccount = DefaultMaxIdempotencyBytesPerAccount
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = container.DefaultPullTimeout
@@ -400,6 +411,8 @@ func (m *Manager) mapRuntimeErr(id string, err error) error {
 		return errorf(CodeServiceUnavailable, "the request was cancelled before sandbox %s answered", id)
 	case errors.Is(err, container.ErrExecNotStarted):
 		return errorf(CodeServiceUnavailable, "sandbox %s could not start the process: nothing ran, so the request can be sent again", id)
+	case errors.Is(err, container.ErrAgentLost):
+		return errorf(CodeSandboxUnresponsive, "a process in sandbox %s stopped, closed or replaced its agent, so the request got no answer; let the sandbox's processes leave its first process alone, or delete the sandbox", id)
 	default:
 		return errorf(CodeInternal, "sandbox %s: %v", id, strings.TrimSpace(err.Error()))
 	}

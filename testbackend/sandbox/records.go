@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"sync"
@@ -100,9 +101,24 @@ func (r *recordWriter) run(key string, sl *recordSlot) {
 	}
 }
 
+// encodeKept encodes what is kept (records, stored answers) as JSON
+// without the HTML escapes of json.Marshal, which turn each '<', '>' and
+// '&' into six bytes: a create body full of them would be kept six times
+// its size. Readers decode either form alike, and the API encodes its
+// answers the same way (api.go, write), so a replay sends the same bytes.
+func encodeKept(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // putSandboxLocked snapshots the record and hands it to the writer.
 func (m *Manager) putSandboxLocked(sb *store.Sandbox) *recordWrite {
-	data, err := json.Marshal(sb)
+	data, err := encodeKept(sb)
 	if err != nil {
 		return failedWrite(err)
 	}
