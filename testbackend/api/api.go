@@ -397,10 +397,10 @@ func other(scope string) string {
 // valid UTF-8.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, account string, v any) error {
 	limited := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	body, err := io.ReadAll(newNumberGuard(limited))
+	body, err := io.ReadAll(newParseGuard(limited))
 	if err != nil {
 		if e, ok := errors.AsType[*sandbox.Error](err); ok {
-			// A number too long. The rest of the body is dropped unread,
+			// A number too long, or a list too wide. The rest of the body is dropped unread,
 			// at the account's drain rate (drain.go), so that a client
 			// still sending it reads this answer instead of a reset
 			// connection.
@@ -426,7 +426,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, account string, 
 	if !utf8.Valid(body) {
 		return apiErr(CodeInvalidEncoding, "request body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonErr(err)
