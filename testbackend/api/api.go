@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -244,8 +243,10 @@ func (s *Server) write(w http.ResponseWriter, status int, env Envelope[any]) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// apiErr builds an Error whose message quotes no value past
+// sandbox.MaxEcho bytes (sandbox.Message).
 func apiErr(code, format string, args ...any) *sandbox.Error {
-	return &sandbox.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &sandbox.Error{Code: code, Message: sandbox.Message(format, args...)}
 }
 
 // call carries what a handler needs beyond the request.

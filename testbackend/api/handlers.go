@@ -31,7 +31,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *call) {
 		filter[k] = v
 	}
 	if err := sandbox.ValidateLabels(filter); err != nil {
-		s.writeErr(w, apiErr(CodeInvalidLabelQuery, "%s", err.Message))
+		s.writeErr(w, &sandbox.Error{Code: CodeInvalidLabelQuery, Message: err.Message})
 		return
 	}
 	s.writeData(w, http.StatusOK, s.mgr.List(c.account, filter))

@@ -1,7 +1,5 @@
 package sandbox
 
-import "fmt"
-
 // Error codes the API answers with. The api package maps each to an HTTP
 // status; the sandbox package only decides which one applies.
 const (
@@ -36,6 +34,14 @@ const (
 	// CodeCommandOutcomeUnknown is an extension of v1 (exec_idempotency.go):
 	// the process of a command or run_code may have run.
 	CodeCommandOutcomeUnknown = "COMMAND_OUTCOME_UNKNOWN"
+	// CodeSandboxUnresponsive: the sandbox's own processes keep its agent
+	// from answering (they stopped, closed or replaced it); the sandbox's
+	// fault, not the platform's.
+	CodeSandboxUnresponsive = "SANDBOX_UNRESPONSIVE"
+	// CodeFileOperationFailed: the sandbox's file system refused a file
+	// operation for a reason no other code names (a read-only mount, an
+	// I/O error).
+	CodeFileOperationFailed = "FILE_OPERATION_FAILED"
 )
 
 // Error is a failure the API reports to the caller as is.
@@ -52,8 +58,10 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// errorf builds an Error whose message quotes no value past MaxEcho
+// bytes (Message).
 func errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &Error{Code: code, Message: Message(format, args...)}
 }
 
 func notFound(id string) *Error {
