@@ -100,6 +100,8 @@ var statusOf = map[string]int{
 	sandbox.CodeImageNotAllowed:          http.StatusUnprocessableEntity,
 	sandbox.CodeImagePlatformMismatch:    http.StatusUnprocessableEntity,
 	sandbox.CodeCommandOutcomeUnknown:    http.StatusBadGateway,
+	sandbox.CodeSandboxUnresponsive:      http.StatusConflict,
+	sandbox.CodeFileOperationFailed:      http.StatusUnprocessableEntity,
 	sandbox.CodeImageRegistryNotAllowed:  http.StatusUnprocessableEntity,
 	sandbox.CodeImagePrivateNotSupported: http.StatusUnprocessableEntity,
 	sandbox.CodeImageTooLarge:            http.StatusUnprocessableEntity,

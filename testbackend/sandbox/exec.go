@@ -188,6 +188,8 @@ func (m *Manager) execRunErr(id string, started bool, err error) error {
 		return outcomeUnknown("the container engine at %s broke off while sandbox %s ran the process", m.rt.Address(), id)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return outcomeUnknown("the request ended before the process in sandbox %s finished", id)
+	case errors.Is(err, container.ErrAgentLost):
+		return outcomeUnknown("a process in sandbox %s stopped, closed or replaced its agent while the process ran", id)
 	default:
 		return outcomeUnknown("sandbox %s: %v", id, strings.TrimSpace(err.Error()))
 	}
@@ -267,7 +269,9 @@ func (m *Manager) fileErr(id, path string, write bool, err error) error {
 	var failed *container.FileFailure
 	switch {
 	case errors.Is(err, container.ErrFileTimedOut):
-		return errorf(CodeInternal, "file operation on %s timed out", path)
+		return errorf(CodeSandboxUnresponsive, "sandbox %s did not answer the %s of %s in time: a process in it may have stopped its agent (its first process); "+unresponsiveAdvice, id, verb, path)
+	case errors.Is(err, container.ErrAgentLost):
+		return errorf(CodeSandboxUnresponsive, "the %s of %s got no answer: a process in sandbox %s stopped, closed or replaced its agent; "+unresponsiveAdvice, verb, path, id)
 	case errors.Is(err, container.ErrFileNotFound):
 		return errorf(CodeFileNotFound, "file %s not found", path)
 	case errors.Is(err, container.ErrIsADirectory):
@@ -285,7 +289,7 @@ func (m *Manager) fileErr(id, path string, write bool, err error) error {
 	case errors.Is(err, container.ErrFileTooLarge):
 		return errorf(CodeFileTooLarge, "file %s is larger than %d bytes; read it in parts with a command", path, MaxReadFileBytes)
 	case errors.As(err, &failed):
-		return errorf(CodeInternal, "file operation on %s failed with exit code %d: %s", path, failed.ExitCode, failed.Stderr)
+		return errorf(CodeFileOperationFailed, "sandbox %s could not %s %s: its file system answered exit code %d (%s)", id, verb, path, failed.ExitCode, firstLine(failed.Stderr))
 	}
 	return m.execErr(id, err)
 }

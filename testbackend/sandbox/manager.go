@@ -412,7 +412,7 @@ func (m *Manager) mapRuntimeErr(id string, err error) error {
 	case errors.Is(err, container.ErrExecNotStarted):
 		return errorf(CodeServiceUnavailable, "sandbox %s could not start the process: nothing ran, so the request can be sent again", id)
 	case errors.Is(err, container.ErrAgentLost):
-		return errorf(CodeSandboxUnresponsive, "a process in sandbox %s stopped, closed or replaced its agent, so the request got no answer; let the sandbox's processes leave its first process alone, or delete the sandbox", id)
+		return errorf(CodeSandboxUnresponsive, "a process in sandbox %s stopped, closed or replaced its agent, so the request got no answer; "+unresponsiveAdvice, id)
 	default:
 		return errorf(CodeInternal, "sandbox %s: %v", id, strings.TrimSpace(err.Error()))
 	}

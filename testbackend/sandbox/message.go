@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -49,3 +50,15 @@ func cutEcho(s string) string {
 	return s[:n] + "…"
 }
 
+// firstLine is s up to its first line break: what a process said first,
+// for a message that quotes it.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// unresponsiveAdvice ends every SANDBOX_UNRESPONSIVE message: what the
+// client can change.
+const unresponsiveAdvice = "code in a sandbox must not stop, signal or close its first process; delete the sandbox if it stays unresponsive"
