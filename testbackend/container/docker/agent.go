@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -358,7 +357,7 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 		return res, nil
 	case <-s.done:
 		forget()
-		return agent.Response{}, s.err
+		return agent.Response{}, fmt.Errorf("%w: %w", errSessionEnded, s.err)
 	case <-timer:
 		forget()
 		return agent.Response{}, errAgentTimeout
@@ -400,22 +399,10 @@ func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req
 		res.TimedOut = true
 		return res, nil
 	case err != nil:
-		// The session broke: the container stopped, or the engine went
-		// away with it. Ask the engine which, and report that.
-		info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), id)
-		switch {
-		case ierr == nil && (info.State == nil || !info.State.Running):
-			return res, fmt.Errorf("%w: %s", container.ErrNotRunning, id)
-		case ierr != nil && isEngineDown(ierr):
-			return res, d.engineErr("exec in container "+id, ierr)
-		case ierr != nil && cerrdefs.IsNotFound(ierr):
-			return res, fmt.Errorf("%w: %s", container.ErrNotFound, id)
-		case errors.Is(err, container.ErrExecNotStarted):
-			// Kept whole: containerErr would read a write's EPIPE as the
-			// engine gone, and lose that nothing ran.
-			return res, fmt.Errorf("runtime: exec in container %s: %w", id, err)
-		}
-		return res, d.containerErr("exec in", id, err)
+		// The session broke, or the caller gave up: the engine says
+		// whether the container stopped or the engine went away with it
+		// (agentlost.go).
+		return res, d.agentCallErr(ctx, id, err)
 	}
 	res.Stdout, res.Stderr = ares.Stdout, ares.Stderr
 	res.StdoutTruncated, res.StderrTruncated = ares.StdoutTruncated, ares.StderrTruncated
@@ -441,7 +428,7 @@ func (d *Runtime) closeSessions() {
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
 	for k, s := range d.sessions {
-		s.close()
+		s.end(errRuntimeClosed)
 		delete(d.sessions, k)
 	}
 }

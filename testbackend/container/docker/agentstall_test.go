@@ -43,7 +43,9 @@ func agentTransport(d *Runtime, id string) string {
 // fails within the stall bound as not started, instead of holding its
 // caller for as long as the sandbox lives. Once the agent runs again, the
 // next command is answered over a new session: over the channel or, with
-// the attach stream only, after the half line the write left there.
+// the attach stream only, after the half line the write left there. A
+// command that was running when the session ended fails as the agent
+// lost, never as the engine down: the engine says the container runs.
 func TestStoppedAgentHoldsNothing(t *testing.T) {
 	t.Parallel()
 	for _, m := range []struct {
@@ -62,6 +64,24 @@ func TestStoppedAgentHoldsNothing(t *testing.T) {
 			wantExit(t, exec(t, d, id, echo), 0)
 			if got := agentTransport(d, id); got != m.want {
 				t.Fatalf("before the attack: %s, want %s", got, m.want)
+			}
+
+			// A command in flight when the session ends, known to be once
+			// it touched its mark.
+			inFlight := make(chan error, 1)
+			go func() {
+				_, err := d.Exec(context.Background(), id, container.ExecRequest{Cmd: []string{"sh", "-c", "touch /tmp/in-flight; exec sleep 120"}, Timeout: 2 * time.Minute, MaxOutput: 1 << 10})
+				inFlight <- err
+			}()
+			for deadline := time.Now().Add(time.Minute); ; {
+				res := exec(t, d, id, container.ExecRequest{Cmd: []string{"test", "-e", "/tmp/in-flight"}, Timeout: 10 * time.Second, MaxOutput: 1 << 10})
+				if res.ExitCode != nil && *res.ExitCode == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the command in flight never started")
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 
 			// The attack. Its own answer never comes: the agent stops
@@ -88,6 +108,15 @@ func TestStoppedAgentHoldsNothing(t *testing.T) {
 			}
 			if got := agentTransport(d, id); got != noSession {
 				t.Fatalf("after the stalled write: %s, want the session ended", got)
+			}
+			select {
+			case err := <-inFlight:
+				if !errors.Is(err, container.ErrAgentLost) || errors.Is(err, container.ErrEngineUnavailable) || isEngineDown(err) {
+					t.Fatalf("the command in flight when the session ended: %v, want the agent lost, not the engine down", err)
+				}
+				t.Logf("the command in flight: %v", err)
+			case <-time.After(time.Minute):
+				t.Fatal("the command in flight still waited a minute after its session ended")
 			}
 
 			// The agent runs again (as a backend operator would resume it):
