@@ -159,8 +159,11 @@ type Runtime interface {
 	// limit bytes it is ErrFileTooLarge. A refusal is one of the file
 	// errors (files.go).
 	ReadFile(ctx context.Context, id, path string, limit int, pace Pacer) ([]byte, error)
-	// Logs returns the main process's stdout and stderr interleaved as they came, at most limit bytes (the tail).
-	Logs(ctx context.Context, id string, limit int) ([]byte, error)
+	// Logs returns the main process's stdout and stderr interleaved as
+	// they came, at most limit bytes (the tail), read from the engine at
+	// pace's pace (nil: at once): the engine reads its whole log to find
+	// the tail, however little of it is kept.
+	Logs(ctx context.Context, id string, limit int, pace Pacer) ([]byte, error)
 	// Remove stops and removes the container; ErrNotFound counts as done and returns nil.
 	Remove(ctx context.Context, id string) error
 	// List returns the containers owned by this runtime's instance.

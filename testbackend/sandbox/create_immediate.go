@@ -25,7 +25,7 @@ func (m *Manager) startImmediate(ctx context.Context, sb *store.Sandbox) error {
 		return nil
 	}
 	exit := m.rt.Wait(ctx, cid)
-	logs, lerr := m.rt.Logs(ctx, cid, MaxLogBytes)
+	logs, lerr := m.rt.Logs(ctx, cid, MaxLogBytes, nil)
 	if err := errors.Join(exit.Err, lerr, m.rt.Remove(ctx, cid)); err != nil {
 		_ = m.rt.Remove(ctx, cid)
 		return m.mapRuntimeErr(sb.ID, err)

@@ -318,7 +318,15 @@ func (m *Manager) Logs(ctx context.Context, account, id string) (string, error) 
 	if err := m.EngineAvailable(ctx); err != nil {
 		return "", err
 	}
-	logs, err := m.rt.Logs(ctx, snap.ContainerID, MaxLogBytes)
+	// The engine reads the program's whole log (up to the log driver's
+	// size) for each read of its tail: a transfer like a file read's, so
+	// in the account's turns and at its pace.
+	release, err := m.transferTurn(ctx, account, id)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	logs, err := m.rt.Logs(ctx, snap.ContainerID, MaxLogBytes, m.transferPace(account))
 	if err != nil {
 		if errors.Is(err, container.ErrNotFound) {
 			// It ended between the snapshot and the call: read the record again.

@@ -278,7 +278,7 @@ func (m *Manager) exited(id, cid string, exit container.Exit) {
 	var logBytes int64
 	if runMode {
 		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		logs, err := m.rt.Logs(ctx, cid, MaxLogBytes)
+		logs, err := m.rt.Logs(ctx, cid, MaxLogBytes, nil)
 		cancel()
 		if err != nil {
 			m.log.Warn("could not collect logs", "sandbox", id, "err", err)

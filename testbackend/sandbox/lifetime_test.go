@@ -91,7 +91,9 @@ func (h *holdRuntime) ReadFile(ctx context.Context, cid, _ string, _ int, _ cont
 	_, err := h.Exec(ctx, cid, container.ExecRequest{})
 	return nil, err
 }
-func (h *holdRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
+func (h *holdRuntime) Logs(context.Context, string, int, container.Pacer) ([]byte, error) {
+	return nil, nil
+}
 func (h *holdRuntime) Remove(_ context.Context, id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -152,7 +152,9 @@ func (f *fakeRuntime) ReadFile(ctx context.Context, id, _ string, _ int, _ conta
 	_, err := f.Exec(ctx, id, container.ExecRequest{})
 	return nil, err
 }
-func (f *fakeRuntime) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
+func (f *fakeRuntime) Logs(context.Context, string, int, container.Pacer) ([]byte, error) {
+	return nil, nil
+}
 func (f *fakeRuntime) Remove(ctx context.Context, ref string) error {
 	f.mu.Lock()
 	gate, in := f.removeGate, f.removeIn

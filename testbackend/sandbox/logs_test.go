@@ -21,7 +21,9 @@ type printingRuntime struct {
 	logs []byte
 }
 
-func (p *printingRuntime) Logs(context.Context, string, int) ([]byte, error) { return p.logs, nil }
+func (p *printingRuntime) Logs(context.Context, string, int, container.Pacer) ([]byte, error) {
+	return p.logs, nil
+}
 
 func newPrintingRuntime(t *testing.T, dir string, logs []byte) *printingRuntime {
 	t.Helper()
@@ -172,7 +174,7 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-func (g *gatedLogs) Logs(ctx context.Context, _ string, _ int) ([]byte, error) {
+func (g *gatedLogs) Logs(ctx context.Context, _ string, _ int, _ container.Pacer) ([]byte, error) {
 	close(g.entered)
 	select {
 	case <-g.gate:

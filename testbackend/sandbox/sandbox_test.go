@@ -54,7 +54,9 @@ func (g *gateRuntime) WriteFile(context.Context, string, string, string, contain
 func (g *gateRuntime) ReadFile(context.Context, string, string, int, container.Pacer) ([]byte, error) {
 	return nil, errors.New("not used")
 }
-func (g *gateRuntime) Logs(context.Context, string, int) ([]byte, error)   { return nil, nil }
+func (g *gateRuntime) Logs(context.Context, string, int, container.Pacer) ([]byte, error) {
+	return nil, nil
+}
 func (g *gateRuntime) Remove(context.Context, string) error                { return nil }
 func (g *gateRuntime) List(context.Context) ([]container.Container, error) { return nil, nil }
 func (g *gateRuntime) Close() error                                        { return nil }

@@ -24,7 +24,9 @@ import (
 // faster, so the agent, the engine and the backend copy them no faster
 // either: one transfer at a time back to back would otherwise keep a
 // core busy outside any quota. An account alone runs as many at once as
-// it sends, at full speed. Commands are not in line or paced: they may
+// it sends, at full speed. A running run-mode program's logs are a
+// transfer too: the engine reads its whole log (up to the log driver's
+// size) for each read of the tail. Commands are not in line or paced: they may
 // run for minutes, their output is at most MaxExecOutput a stream, and a
 // paced answer would read as a timeout.
 
@@ -88,9 +90,9 @@ func (m *Manager) transferTurn(ctx context.Context, account, id string) (release
 		return release, nil
 	case ctx.Err() == nil:
 		return nil, &Error{Code: CodeTooManyRequests, RetryAfter: 1, Message: fmt.Sprintf(
-			"the account's other file reads and writes kept this one for sandbox %s waiting for %s: while other accounts are on the host, an account moves at most %d at a time; retry after a second",
+			"the account's other transfers (file reads and writes, log reads) kept this one for sandbox %s waiting for %s: while other accounts are on the host, an account runs at most %d at a time; retry after a second",
 			id, m.cfg.TransferWait, m.cfg.TransferShare)}
 	default:
-		return nil, errorf(CodeServiceUnavailable, "the request for sandbox %s ended while it waited for its account's turn to move a file; send it again", id)
+		return nil, errorf(CodeServiceUnavailable, "the request for sandbox %s ended while it waited for its account's turn to move a file or read logs; send it again", id)
 	}
 }

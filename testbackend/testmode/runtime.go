@@ -139,7 +139,7 @@ func (r *Runtime) Exec(_ context.Context, id string, _ container.ExecRequest) (c
 }
 
 // Logs are empty: no program ran.
-func (r *Runtime) Logs(_ context.Context, id string, _ int) ([]byte, error) {
+func (r *Runtime) Logs(_ context.Context, id string, _ int, _ container.Pacer) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.boxes[id] == nil {

@@ -39,7 +39,7 @@ func TestKeepaliveRunsNothingAndKeepsFiles(t *testing.T) {
 	if err != nil || res.ExitCode == nil || *res.ExitCode != 0 || len(res.Stdout)+len(res.Stderr) != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
-	if logs, err := r.Logs(ctx, id, 100); err != nil || len(logs) != 0 {
+	if logs, err := r.Logs(ctx, id, 100, nil); err != nil || len(logs) != 0 {
 		t.Fatalf("logs: %q %v", logs, err)
 	}
 	if err := r.WriteFile(ctx, id, "/home/user/a.txt", "é\n", nil); err != nil {
@@ -97,7 +97,7 @@ func TestRunModeExitsAtOnce(t *testing.T) {
 	if _, err := r.Exec(ctx, id, container.ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, container.ErrNotRunning) {
 		t.Fatalf("exec in an exited container: %v", err)
 	}
-	if logs, err := r.Logs(ctx, id, 100); err != nil || len(logs) != 0 {
+	if logs, err := r.Logs(ctx, id, 100, nil); err != nil || len(logs) != 0 {
 		t.Fatalf("logs: %q %v", logs, err)
 	}
 }

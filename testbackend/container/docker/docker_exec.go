@@ -265,7 +265,7 @@ func (d *Runtime) execExit(ctx context.Context, id, execID, program string, req 
 
 // Logs returns the main process's stdout and stderr interleaved in the
 // order the engine received them, keeping the last limit bytes (limit <= 0: all).
-func (d *Runtime) Logs(ctx context.Context, id string, limit int) ([]byte, error) {
+func (d *Runtime) Logs(ctx context.Context, id string, limit int, pace container.Pacer) ([]byte, error) {
 	rc, err := d.cli.ContainerLogs(ctx, id, dockercontainer.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return nil, d.containerErr("read logs of", id, err)
@@ -273,7 +273,7 @@ func (d *Runtime) Logs(ctx context.Context, id string, limit int) ([]byte, error
 	defer rc.Close()
 	// One writer for both streams: frames land in the order they come.
 	tb := &tailBuffer{max: limit}
-	if _, err := stdcopy.StdCopy(tb, tb, rc); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := stdcopy.StdCopy(tb, tb, container.PacedReader(ctx, rc, pace)); err != nil && !errors.Is(err, io.EOF) {
 		return tb.bytes(), d.containerErr("read logs of", id, err)
 	}
 	return tb.bytes(), nil

@@ -333,11 +333,11 @@ func TestRunMode(t *testing.T) {
 	if ex := d.Wait(ctx, id); ex.Err != nil || ex.Code != 0 {
 		t.Fatalf("Wait: %+v", ex)
 	}
-	logs, err := d.Logs(ctx, id, 1<<20)
+	logs, err := d.Logs(ctx, id, 1<<20, nil)
 	if err != nil || string(logs) != "a\nb\nc\n" {
 		t.Fatalf("Logs: %q, %v", logs, err)
 	}
-	if tail, err := d.Logs(ctx, id, 4); err != nil || string(tail) != "b\nc\n" {
+	if tail, err := d.Logs(ctx, id, 4, nil); err != nil || string(tail) != "b\nc\n" {
 		t.Fatalf("Logs tail 4: %q, %v", tail, err)
 	}
 	// Exec into an exited container.
@@ -360,7 +360,7 @@ func TestRunMode(t *testing.T) {
 	if ex := d.Wait(ctx, id3); ex.Err != nil || ex.Code != 3 {
 		t.Fatalf("Wait: %+v", ex)
 	}
-	if logs, err := d.Logs(ctx, id3, 0); err != nil || string(logs) != "to-stderr\n" {
+	if logs, err := d.Logs(ctx, id3, 0, nil); err != nil || string(logs) != "to-stderr\n" {
 		t.Fatalf("Logs: %q, %v", logs, err)
 	}
 	if c, err := d.Inspect(ctx, id3); err != nil || c.Running || c.ExitCode != 3 {
@@ -463,7 +463,7 @@ func TestRemoveIdempotent(t *testing.T) {
 	if _, err := d.Exec(ctx, id, container.ExecRequest{Cmd: []string{"true"}}); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("Exec after Remove: %v, want ErrNotFound", err)
 	}
-	if _, err := d.Logs(ctx, id, 100); !errors.Is(err, container.ErrNotFound) {
+	if _, err := d.Logs(ctx, id, 100, nil); !errors.Is(err, container.ErrNotFound) {
 		t.Fatalf("Logs after Remove: %v, want ErrNotFound", err)
 	}
 	if ex := d.Wait(ctx, id); !errors.Is(ex.Err, container.ErrNotFound) {
@@ -603,7 +603,7 @@ func TestEngineUnavailable(t *testing.T) {
 	check("List", err)
 	check("EnsureImage", d.EnsureImage(ctx, baseImage))
 	check("Remove", d.Remove(ctx, "abc"))
-	_, err = d.Logs(ctx, "abc", 10)
+	_, err = d.Logs(ctx, "abc", 10, nil)
 	check("Logs", err)
 	check("Wait", d.Wait(ctx, "abc").Err)
 	if d.Address() != host {

@@ -108,10 +108,10 @@ func runOutput(t *testing.T, d *Runtime, spec container.Spec) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if ex := d.Wait(ctx, id); ex.Err != nil || ex.Code != 0 {
-		logs, _ := d.Logs(ctx, id, 1<<16)
+		logs, _ := d.Logs(ctx, id, 1<<16, nil)
 		t.Fatalf("run %q: %+v; output %q", spec.Cmd, ex, logs)
 	}
-	logs, err := d.Logs(ctx, id, 1<<16)
+	logs, err := d.Logs(ctx, id, 1<<16, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
