@@ -9,12 +9,12 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
@@ -258,16 +258,8 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 		d.brokenLine[cid] = true
 		d.sessMu.Unlock()
 	}
-	pr, pw := io.Pipe()
 	go func() {
-		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-	}()
-	go func() {
-		err := s.readFrames(pr)
+		err := s.readAttach(hj.Reader)
 		d.sessionEnded(cid, s, fmt.Errorf("agent session with %s ended: %w", cid, err))
 	}()
 	d.endLine(cid, s)
@@ -422,6 +414,41 @@ func (d *Runtime) execAgent(ctx context.Context, id string, s *agentSession, req
 	}
 	return res, nil
 }
+
+// forgetAgent forgets what the agent's code kept of a container that is
+// gone: whether it has an agent, why this runtime killed it, and any half
+// request line on its attach stream. Each is kept by the id it was known
+// by; a container killed is kept by its full id, and forgotten by a
+// short id of it too.
+func (d *Runtime) forgetAgent(id string) {
+	d.sessMu.Lock()
+	defer d.sessMu.Unlock()
+	delete(d.noAgent, id)
+	delete(d.brokenLine, id)
+	delete(d.killed, id)
+	if isShortID(id) {
+		// Only containers killed and not yet removed are kept: few.
+		for cid := range d.killed {
+			if strings.HasPrefix(cid, id) {
+				delete(d.killed, cid)
+			}
+		}
+	}
+}
+
+// isFullID reports whether id is a container's full id, not a prefix of
+// one or a name.
+func isFullID(id string) bool {
+	return len(id) == 64 && isHex(id)
+}
+
+// isShortID reports whether id is a prefix of a full id as the engine
+// shows it (12 characters) or longer, not a name that could be one.
+func isShortID(id string) bool {
+	return len(id) >= 12 && len(id) < 64 && isHex(id)
+}
+
+func isHex(s string) bool { return strings.Trim(s, "0123456789abcdef") == "" }
 
 // closeSessions ends every agent session (the containers keep running).
 func (d *Runtime) closeSessions() {

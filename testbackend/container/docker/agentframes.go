@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/pkg/stdcopy"
+
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
@@ -97,6 +99,26 @@ func (s *agentSession) readFrames(r io.Reader) error {
 	}
 }
 
+// readAttach hands each answer on an attach stream to its caller, as
+// readFrames does: r is the agent's stdout as the engine multiplexes it
+// (stdcopy), taken apart beside the reading, through a pipe. When the
+// reading stops first (a frame no agent sends), the pipe is closed with
+// why: the demultiplexer's write into it fails, and it ends, instead of
+// holding its goroutine and buffer for as long as the process runs.
+func (s *agentSession) readAttach(r io.Reader) error {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, r)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	err := s.readFrames(pr)
+	pr.CloseWithError(err)
+	return err
+}
+
 // framePace reads r at the pace of the answer being read, if it has one.
 // It is read by one goroutine only (readFrames').
 type framePace struct {
@@ -165,10 +187,12 @@ func (d *Runtime) hostileAgent(id string, why error) {
 }
 
 // killedFor says why this runtime killed the container ("" when it did not).
+// The container is known by its full id there (hostileAgent's), until
+// forgetAgent; only a shorter id is looked for among them.
 func (d *Runtime) killedFor(id string) string {
 	d.sessMu.Lock()
 	defer d.sessMu.Unlock()
-	if why, ok := d.killed[id]; ok {
+	if why, ok := d.killed[id]; ok || isFullID(id) {
 		return why
 	}
 	for cid, why := range d.killed {

@@ -1,10 +1,16 @@
 package docker
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/agent"
 )
@@ -164,5 +170,104 @@ func TestForgottenAnswerKeepsItsPace(t *testing.T) {
 	}
 	if s.stray != 0 {
 		t.Fatalf("a forgotten answer counted %d stray bytes", s.stray)
+	}
+}
+
+// muxed is an attach stream as the engine sends it: the agent's stdout,
+// multiplexed (stdcopy).
+func muxed(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := stdcopy.NewStdWriter(&buf, stdcopy.Stdout).Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// repeating yields b over and over, never ending.
+type repeating struct {
+	b   []byte
+	off int
+}
+
+func (r *repeating) Read(p []byte) (int, error) {
+	n := copy(p, r.b[r.off:])
+	r.off = (r.off + n) % len(r.b)
+	return n, nil
+}
+
+// demultiplexers counts the goroutines taking attach streams apart for
+// readAttach.
+func demultiplexers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "(*agentSession).readAttach.func1")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestHostileFrameLeavesNoDemultiplexer: an attach stream whose agent
+// writes a frame no agent writes, then output without end (a sandbox
+// that could reach the agent's stdout would), ends its session; the
+// goroutine that took the stream apart ends with it, and its buffer goes,
+// instead of waiting forever to hand on output no one reads: one per
+// sandbox killed for it, for as long as the backend runs.
+func TestHostileFrameLeavesNoDemultiplexer(t *testing.T) {
+	before := demultiplexers()
+	src := io.MultiReader(bytes.NewReader(muxed(t, []byte("not an answer\n"))), &repeating{b: muxed(t, bytes.Repeat([]byte("A"), 32<<10))})
+	if err := newTestSession().readAttach(src); !errors.Is(err, errHostileAgent) {
+		t.Fatalf("a frame no agent writes: %v, want hostile", err)
+	}
+	for deadline := time.Now().Add(bounded); demultiplexers() > before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still take attach streams apart %s after their session ended, %d before", demultiplexers(), bounded, before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Control: a stream that ends is read to its end, answers and all.
+	zero := 0
+	s := newTestSession()
+	ch := make(chan agent.Response, 1)
+	s.pending[5] = pendingCall{ch: ch, max: 1 << 10}
+	in := muxed(t, []byte(frames(t, agent.Response{ID: 5, ExitCode: &zero, Stdout: []byte("hi")})))
+	if err := s.readAttach(bytes.NewReader(in)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a stream that ends: %v", err)
+	}
+	if res := <-ch; string(res.Stdout) != "hi" {
+		t.Fatalf("answer: %q", res.Stdout)
+	}
+}
+
+// TestKilledContainerForgotten: why the runtime killed a container is
+// kept until the container is removed, then forgotten, whether it is
+// removed by its full id or a prefix of it: a backend that kills hostile
+// sandboxes for weeks does not keep a record of each.
+func TestKilledContainerForgotten(t *testing.T) {
+	e := newBreakingEngine(t) // answers the kill as not faked: the record is what is tested
+	d, err := New(Options{Host: "tcp://" + e.srv.Listener.Addr().String(), Network: NetworkNone, Instance: "fake", Agent: AgentNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	for _, by := range []int{64, 12} {
+		id := strings.Repeat(fmt.Sprintf("%x", by), 64)[:64]
+		d.hostileAgent(id, errHostileAgent)
+		// Control: the record is there, by its id and a prefix, until the removal.
+		if d.killedFor(id) == "" || d.killedFor(id[:12]) == "" {
+			t.Fatalf("%s: no record of the kill", id)
+		}
+		d.removed(id[:by])
+		if why := d.killedFor(id); why != "" {
+			t.Errorf("%s removed by %d characters of its id: still recorded as killed (%s)", id, by, why)
+		}
+		d.sessMu.Lock()
+		n := len(d.killed)
+		d.sessMu.Unlock()
+		if n != 0 {
+			t.Errorf("%d containers recorded as killed after their removal", n)
+		}
 	}
 }

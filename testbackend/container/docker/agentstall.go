@@ -97,9 +97,9 @@ func (d *Runtime) endLine(cid string, s *agentSession) {
 	}
 }
 
-// forgetBrokenLine forgets the half line of a container that is gone.
+// forgetBrokenLine is the name removed() (docker_containers.go) calls
+// forgetAgent by: it forgets the half line of a container that is gone,
+// with the rest of what the agent's code kept of it.
 func (d *Runtime) forgetBrokenLine(id string) {
-	d.sessMu.Lock()
-	delete(d.brokenLine, id)
-	d.sessMu.Unlock()
+	d.forgetAgent(id)
 }
