@@ -97,6 +97,9 @@ type Options struct {
 	// ImageBudgetBytes is what the images this runtime pulled may take
 	// before unused ones are removed (DefaultImageBudgetBytes).
 	ImageBudgetBytes int64
+	// MaxPulls bounds the pulls under way at once (DefaultMaxPulls;
+	// pull_gate.go).
+	MaxPulls int
 }
 
 // Runtime is a container.Runtime backed by a Docker engine.
@@ -136,9 +139,10 @@ type Runtime struct {
 	maxDownloadBytes int64
 	imageBudget      int64
 	imageHold        time.Duration          // tests shorten it
-	imgMu            sync.Mutex             // guards the two below; never held across an engine call
-	flights          map[string]*pullFlight // pulls under way, by reference
+	imgMu            sync.Mutex             // guards the three below; never held across an engine call
+	flights          map[string]*pullFlight // pulls under way or waiting for a slot, by reference
 	pulled           map[string]*pulled     // images this runtime pulled, by reference
+	gate             *pullGate              // the pulls' slots and accounts (pull_gate.go)
 
 	platformMu   sync.Mutex // guards the three below
 	platformOS   string     // the engine's, once asked (image_policy.go)
@@ -248,6 +252,7 @@ func New(opts Options) (*Runtime, error) {
 		imageHold:        imageHold,
 		flights:          map[string]*pullFlight{},
 		pulled:           map[string]*pulled{},
+		gate:             newPullGate(opts.MaxPulls),
 	}, nil
 }
 

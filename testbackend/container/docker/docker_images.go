@@ -36,19 +36,14 @@ const (
 // privateImageMsg is the docs' answer for an image that needs credentials.
 const privateImageMsg = "Private custom images are not supported yet, only public ones"
 
-// pullFlight is one pull of a reference that every concurrent EnsureImage
-// of that reference waits for.
-type pullFlight struct {
-	done chan struct{}
-	err  error
-}
-
 // EnsureImage makes ref present: nil when it is, a pull when the policy
 // allows, ErrImageUnavailable otherwise. A present image the backend will
 // not run (image_policy.go) is ErrImageRefused; so is a pull the registry
 // policy (registry.go) or the limits refuse, and a pull that fails: the
 // error's message is the backend's own, never the engine's or the
-// registry's. Concurrent calls for one reference share one pull.
+// registry's. Concurrent calls for one reference share one pull, and
+// pulls wait for a slot (pull_gate.go): one the gate will not start now
+// is a *container.PullLaterError.
 func (d *Runtime) EnsureImage(ctx context.Context, ref string) error {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err == nil {
@@ -74,33 +69,6 @@ func (d *Runtime) EnsureImage(ctx context.Context, ref string) error {
 		return pullFailed(ref)
 	}
 	return d.checkImage(ctx, ref, img)
-}
-
-// sharedPull waits for the pull of ref, starting it when none is under
-// way. The pull runs under its own deadline (PullTimeout), so a caller
-// that gives up does not fail the others.
-func (d *Runtime) sharedPull(ctx context.Context, ref string) error {
-	d.imgMu.Lock()
-	f := d.flights[ref]
-	if f == nil {
-		f = &pullFlight{done: make(chan struct{})}
-		d.flights[ref] = f
-		go func() {
-			f.err = d.pullImage(ref)
-			d.imgMu.Lock()
-			delete(d.flights, ref)
-			d.imgMu.Unlock()
-			close(f.done)
-		}()
-	}
-	d.imgMu.Unlock()
-	select {
-	case <-f.done:
-		return f.err
-	case <-ctx.Done():
-		return &container.ImageRefusedError{Image: ref, Rule: container.RulePull, Msg: fmt.Sprintf(
-			"image %q could not be pulled in time; it may still be arriving, so try again shortly", ref)}
-	}
 }
 
 // pullImage checks ref's registry, downloads the image itself (see

@@ -2,12 +2,15 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/RareCloudio/terraform-provider-rarecloud/testbackend/container"
 )
 
 // The images this backend pulled stay on the engine while their sizes add
@@ -19,6 +22,14 @@ import (
 // never one a container uses, and never one handed out for a start in the
 // last imageHold. The set lives in memory: after a restart the images
 // pulled before are the engine's, not counted, not removed.
+//
+// A held image is outside the budget's reach, so the holds are bounded
+// where pulls start (storeRoomLocked): a pull starts only while the held
+// images plus one image of the largest size (maxImageBytes) for each pull
+// under way fit in the budget. The store therefore holds at most the
+// budget plus one largest image of images the collector may not remove
+// for their hold, however fast one account pulls distinct images. A hold
+// ends at once when a container is created from the image (startedFrom).
 
 // templateRepoPrefix names the template images, which are never removed.
 const templateRepoPrefix = "rarecloud/sandbox-"
@@ -61,6 +72,54 @@ func (d *Runtime) pulledImage(ref string, img image.InspectResponse) {
 	defer d.imgMu.Unlock()
 	now := time.Now()
 	d.pulled[ref] = &pulled{ref: ref, id: img.ID, size: img.Size, lastUsed: now, heldUntil: now.Add(d.imageHold)}
+}
+
+// storeFullRetry is the Retry-After of a store full while no hold would
+// end in time to make room: the pulls under way take the room.
+const storeFullRetry = 30 * time.Second
+
+// storeRoomLocked refuses a pull of ref while the images held now plus one
+// largest image for each pull under way do not fit in the budget. The
+// refusal says when enough holds end to make room.
+func (d *Runtime) storeRoomLocked(ref string) error {
+	now := time.Now()
+	holds := map[string]time.Time{} // by image id: two references of one image count once
+	sizes := map[string]int64{}
+	var held int64
+	for _, p := range d.pulled {
+		if !now.Before(p.heldUntil) {
+			continue
+		}
+		if _, ok := holds[p.id]; !ok {
+			held += p.size
+			sizes[p.id] = p.size
+		}
+		if p.heldUntil.After(holds[p.id]) {
+			holds[p.id] = p.heldUntil
+		}
+	}
+	reserved := d.maxImageBytes * int64(d.gate.active)
+	if held+reserved <= d.imageBudget {
+		return nil
+	}
+	ids := make([]string, 0, len(holds))
+	for id := range holds {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return holds[ids[i]].Before(holds[ids[j]]) })
+	retry := storeFullRetry
+	left := held
+	for _, id := range ids {
+		left -= sizes[id]
+		if left+reserved <= d.imageBudget {
+			retry = holds[id].Sub(now)
+			break
+		}
+	}
+	secs := max(int((retry+time.Second-1)/time.Second), 1)
+	return &container.PullLaterError{Image: ref, RetryAfter: time.Duration(secs) * time.Second, Msg: fmt.Sprintf(
+		"retry image %q in %d s: the backend's image store is full of images pulled or asked for in the last %d minutes that no sandbox has started from yet (%d MiB held, %d pulls under way, budget %d MiB); images already on the backend can still be used",
+		ref, secs, int(d.imageHold/time.Minute), held>>20, d.gate.active, d.imageBudget>>20)}
 }
 
 // removeRefs untags refs; the engine deletes the image with its last tag.
