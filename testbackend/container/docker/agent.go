@@ -76,13 +76,17 @@ func (d *Runtime) mountAgent(hc *dockercontainer.HostConfig) {
 // channel (channel.go) when it has one: requests go over the channel then,
 // and answers are read from both.
 type agentSession struct {
-	hj      io.Closer
-	writeMu sync.Mutex
-	w       net.Conn // guarded by writeMu: the channel when there is one, else the attach stream
-	stdin   net.Conn // the attach stream
+	hj io.Closer
+	// writeTurn is held (a value in it) by the one writer of a request
+	// line; the others wait for it, and give up when their caller does
+	// (agentstall.go).
+	writeTurn chan struct{}
+	w         net.Conn // guarded by writeTurn: the channel when there is one, else the attach stream
+	stdin     net.Conn // the attach stream
 	// stall bounds the wait for the agent to take a chunk of a request
-	// line (agentstall.go); brokeLine records half a line left on the
-	// attach stream.
+	// line, and with the line's size the wait for all of it
+	// (agentstall.go); brokeLine records half a line left on the attach
+	// stream.
 	stall     time.Duration
 	brokeLine func()
 	mu        sync.Mutex
@@ -100,14 +104,37 @@ type agentSession struct {
 	endOnce   sync.Once
 }
 
-// useChannel sends the session's requests over conn from now on.
-func (s *agentSession) useChannel(conn net.Conn) {
+// newAgentSession is a session over stream, the attach stream, which hj
+// closes.
+func newAgentSession(hj io.Closer, stream net.Conn, stall time.Duration) *agentSession {
+	return &agentSession{
+		hj: hj, writeTurn: make(chan struct{}, 1), w: stream, stdin: stream, stall: stall,
+		pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{}),
+		// Every attached client sees every answer, so ids start at a
+		// random point: two backends on one container never take each
+		// other's.
+		nextID: mrand.Uint64() >> 1,
+	}
+}
+
+// useChannel sends the session's requests over conn from now on. It is
+// false, conn closed, when the session has ended.
+func (s *agentSession) useChannel(conn net.Conn) bool {
+	if s.takeTurn(context.Background()) != nil {
+		_ = conn.Close()
+		return false
+	}
+	defer s.giveTurn()
 	s.mu.Lock()
 	s.conn = conn
+	ended := s.err != nil // then end's close may not have seen conn
 	s.mu.Unlock()
-	s.writeMu.Lock()
+	if ended {
+		_ = conn.Close()
+		return false
+	}
 	s.w = conn
-	s.writeMu.Unlock()
+	return true
 }
 
 // close closes the attach stream and the channel; the readers then end
@@ -249,10 +276,7 @@ func (d *Runtime) attachSession(cid, alias string, c *attachCall) {
 		finish(nil, d.containerErr("attach to", alias, err))
 		return
 	}
-	// Every attached client sees every answer, so ids start at a random
-	// point: two backends on one container never take each other's.
-	s := &agentSession{hj: closerFunc(hj.Close), w: hj.Conn, stdin: hj.Conn, pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{}), nextID: mrand.Uint64() >> 1}
-	s.stall = d.agentWriteStall
+	s := newAgentSession(closerFunc(hj.Close), hj.Conn, d.agentWriteStall)
 	s.brokeLine = func() {
 		d.sessMu.Lock()
 		d.brokenLine[cid] = true
@@ -322,18 +346,29 @@ func (s *agentSession) call(ctx context.Context, req agent.Request, wait time.Du
 		}
 	}
 
+	// drop forgets a request that never went out: no answer comes.
+	drop := func() {
+		s.mu.Lock()
+		delete(s.pending, req.ID)
+		s.mu.Unlock()
+	}
+
 	line, err := json.Marshal(req)
 	if err != nil {
-		forget()
+		drop()
 		return agent.Response{}, err
 	}
-	s.writeMu.Lock()
+	if err := s.takeTurn(ctx); err != nil {
+		drop()
+		return agent.Response{}, fmt.Errorf("%w: waiting to write to the agent: %w", container.ErrExecNotStarted, err)
+	}
 	// A line is written whole even when ctx ends: half of one would
 	// break the session for every later request. An agent that stops
-	// taking it ends the session (agentstall.go).
+	// taking it, or takes it too slowly, ends the session (agentstall.go).
 	w := s.w
-	n, err := container.PacedWrite(context.WithoutCancel(ctx), stallBounded{w, s.stall}, append(line, '\n'), pace)
-	s.writeMu.Unlock()
+	line = append(line, '\n')
+	n, err := container.PacedWrite(context.WithoutCancel(ctx), s.lineWriter(w, len(line)), line, pace)
+	s.giveTurn()
 	if err != nil {
 		forget()
 		return agent.Response{}, s.writeFailed(w, n, err)

@@ -39,7 +39,7 @@ func (e *endless) Read(p []byte) (int, error) {
 }
 
 func newTestSession() *agentSession {
-	return &agentSession{pending: map[uint64]pendingCall{}, forgotten: map[uint64]pendingCall{}, done: make(chan struct{})}
+	return newAgentSession(nil, nil, 0)
 }
 
 // frames is answers as an agent writes them.

@@ -1,7 +1,10 @@
 package docker
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -199,5 +202,147 @@ func TestAgentShrugsOffJobControlStops(t *testing.T) {
 		if !strings.Contains(string(res.Stdout), "T (stopped)") {
 			t.Errorf("a command's child sent SIG%s: %q, want it stopped (the signal at its default)", sig, strings.TrimSpace(string(res.Stdout)))
 		}
+	}
+}
+
+// slowAgent takes what is written to conn one read of a chunk at a time,
+// waiting every between reads, until conn closes.
+func slowAgent(conn net.Conn, every time.Duration) {
+	buf := make([]byte, container.PaceChunk)
+	for {
+		time.Sleep(every)
+		if _, err := conn.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// TestSlowAgentBoundedPerLine: an agent that takes each chunk of a
+// request line well inside the stall bound, but slowly, cannot hold the
+// line (and every request waiting behind it) for the chunks' count times
+// the bound: the line has a bound of its own, the stall bound plus its
+// size at agentLineRate. A line of 1.3 MB at a chunk every 100 ms (some
+// 4 s) fails as not started after about 2.3 s; a short one at the same
+// pace goes through (the control).
+func TestSlowAgentBoundedPerLine(t *testing.T) {
+	t.Parallel()
+	const stall = time.Second // ten times the agent's wait for each chunk
+	send := func(stdin int) error {
+		backend, agentSide := net.Pipe()
+		defer agentSide.Close()
+		go slowAgent(agentSide, 100*time.Millisecond)
+		s := newTestSession()
+		s.hj = closerFunc(func() { _ = backend.Close() })
+		s.w, s.stdin, s.stall = backend, backend, stall
+		// The agent never answers: a line written whole waits a
+		// millisecond for its answer, then times out.
+		_, err := s.call(context.Background(), agent.Request{Argv: []string{"cat"}, Stdin: make([]byte, stdin)}, time.Millisecond, nil)
+		return err
+	}
+	if err := send(64 << 10); !errors.Is(err, errAgentTimeout) {
+		t.Fatalf("a line of 4 chunks to a slow agent: %v, want it written whole", err)
+	}
+	started := time.Now()
+	err := send(1 << 20)
+	if !errors.Is(err, container.ErrExecNotStarted) || !errors.Is(err, errAgentStalled) {
+		t.Fatalf("a line of 1.3 MB to an agent that takes 32 KiB every 100 ms: %v, want not started, the agent stalled", err)
+	}
+	t.Logf("the line failed after %v: %v", time.Since(started).Round(time.Millisecond), err)
+}
+
+// TestWriteTurnGivesUpWithItsCaller: a request waiting for the turn to
+// write its line, behind one the agent is not taking, returns when its
+// caller gives up, as not started; the session is unharmed, and the
+// requests after are answered once the agent takes its stream again.
+func TestWriteTurnGivesUpWithItsCaller(t *testing.T) {
+	t.Parallel()
+	backend, agentSide := net.Pipe()
+	defer agentSide.Close()
+	s := newTestSession()
+	s.hj = closerFunc(func() { _ = backend.Close() })
+	s.w, s.stdin, s.stall = backend, backend, time.Hour
+	go func() { s.end(s.readFrames(backend)) }()
+	defer s.close()
+
+	took, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		first := make([]byte, 1)
+		if _, err := agentSide.Read(first); err != nil {
+			return
+		}
+		close(took) // the first line's writer holds the turn, blocked
+		<-release
+		br := bufio.NewReader(io.MultiReader(bytes.NewReader(first), agentSide))
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var req agent.Request
+			if json.Unmarshal(line, &req) != nil {
+				return
+			}
+			zero := 0
+			if agent.WriteFrame(agentSide, agent.Response{ID: req.ID, ExitCode: &zero, Stdout: []byte(req.Argv[0])}) != nil {
+				return
+			}
+		}
+	}()
+	type outcome struct {
+		res agent.Response
+		err error
+	}
+	call := func(ctx context.Context, what string) <-chan outcome {
+		ch := make(chan outcome, 1)
+		go func() {
+			res, err := s.call(ctx, agent.Request{Argv: []string{what}, MaxOutput: 1 << 10}, 0, nil)
+			ch <- outcome{res, err}
+		}()
+		return ch
+	}
+	wait := func(ch <-chan outcome, what string) outcome {
+		t.Helper()
+		select {
+		case o := <-ch:
+			return o
+		case <-time.After(bounded):
+			t.Fatalf("%s: no answer within %s", what, bounded)
+			return outcome{}
+		}
+	}
+
+	first := call(context.Background(), "first")
+	select {
+	case <-took:
+	case <-time.After(bounded):
+		t.Fatal("the first line never reached the agent")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	second := call(ctx, "second")
+	cancel()
+	if o := wait(second, "a request waiting for the turn, its caller gone"); !errors.Is(o.err, container.ErrExecNotStarted) || !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("a request waiting for the turn, its caller gone: %+v %v, want not started, cancelled", o.res, o.err)
+	}
+
+	// Control: the session lives on, and answers once the agent reads.
+	select {
+	case <-s.done:
+		t.Fatalf("the session ended: %v", s.err)
+	default:
+	}
+	third := call(context.Background(), "third")
+	close(release)
+	for _, c := range []struct {
+		what string
+		ch   <-chan outcome
+	}{{"first", first}, {"third", third}} {
+		if o := wait(c.ch, c.what); o.err != nil || string(o.res.Stdout) != c.what {
+			t.Fatalf("%s: %+v %v", c.what, o.res, o.err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) != 0 || len(s.forgotten) != 0 {
+		t.Fatalf("left in the session: %d pending, %d forgotten, want none (the request given up never went out)", len(s.pending), len(s.forgotten))
 	}
 }

@@ -165,7 +165,9 @@ func (d *Runtime) connectChannel(cid string, s *agentSession, ch *agentChannel) 
 	if err != nil {
 		return
 	}
-	s.useChannel(conn)
+	if !s.useChannel(conn) {
+		return
+	}
 	go func() {
 		err := s.readFrames(conn)
 		d.sessionEnded(cid, s, fmt.Errorf("agent channel with %s ended: %w", cid, err))
