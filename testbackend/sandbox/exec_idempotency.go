@@ -29,10 +29,12 @@ import (
 // ended, so no restart lets a retry run a process twice: after a restart
 // a key whose process was running, or whose answer was larger than
 // MaxKeptExecAnswer, answers 502 COMMAND_OUTCOME_UNKNOWN; one whose
-// answer was kept replays it.
+// answer was kept replays it. What the keys of one account may hold,
+// running and finished, is bounded in exec_caps.go.
 
 // MaxExecKeysPerSandbox bounds the Idempotency-Keys kept per sandbox; past
-// it the oldest finished one is forgotten.
+// it the oldest finished one is forgotten. It bounds the running ones too:
+// a new key is refused while that many run (exec_caps.go).
 const MaxExecKeysPerSandbox = 64
 
 // MaxKeptExecAnswer bounds the answer (stdout and stderr together) that a
@@ -62,8 +64,9 @@ func (e *execEntry) finished() bool {
 
 // execKeyring is one sandbox's keys, oldest first in order.
 type execKeyring struct {
-	byKey map[string]*execEntry
-	order []string
+	account string // the sandbox's
+	byKey   map[string]*execEntry
+	order   []string
 }
 
 // add keeps e under key and returns the keys it forgot to make room.
@@ -76,7 +79,10 @@ func (k *execKeyring) add(key string, e *execEntry) (forgotten []string) {
 			i++
 		}
 		if i == len(k.order) {
-			return forgotten // every key still runs: they are bounded by the account's in-flight limit
+			// Every key still runs. Not reached: execOnce admits no new key
+			// while MaxExecKeysPerSandbox run (exec_caps.go), and the keys
+			// taken back at start have all finished.
+			return forgotten
 		}
 		forgotten = append(forgotten, k.order[i])
 		delete(k.byKey, k.order[i])
@@ -129,7 +135,7 @@ func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, p
 		}
 		ring := m.execKeys[id]
 		if ring == nil {
-			ring = &execKeyring{byKey: map[string]*execEntry{}}
+			ring = &execKeyring{account: account, byKey: map[string]*execEntry{}}
 			m.execKeys[id] = ring
 		}
 		if e := ring.byKey[key]; e != nil {
@@ -147,9 +153,13 @@ func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, p
 			}
 			return e.out, true, e.err
 		}
+		if err := m.admitExecLocked(account, id, ring); err != nil {
+			m.mu.Unlock()
+			return ExecOutput{}, false, err
+		}
 		e := &execEntry{hash: hash, done: make(chan struct{})}
 		for _, old := range ring.add(key, e) {
-			m.deleteExecKeyLocked(id, old)
+			m.dropExecKeyLocked(account, id, old)
 		}
 		rec := &store.ExecKey{SandboxID: id, Key: key, RequestHash: hash, CreatedAt: time.Now().UTC()}
 		started := m.goLocked(func() {
@@ -166,10 +176,12 @@ func (m *Manager) execOnce(ctx context.Context, account, id, key, hash string, p
 					m.deleteExecKeyLocked(id, key)
 				}
 			}
+			m.execEndedLocked(account, id, key, e)
 			close(e.done)
 		})
 		if !started {
 			ring.remove(key, e)
+			m.execEndedLocked(account, id, key, e)
 			m.mu.Unlock()
 			return ExecOutput{}, false, errorf(CodeServiceUnavailable, "the sandbox service is shutting down; retry later")
 		}
@@ -246,14 +258,19 @@ func (m *Manager) loadExecKeysLocked(recs []*store.ExecKey) {
 		default:
 			e.err = outcomeUnknown("the process of this Idempotency-Key ended in sandbox %s before the backend restarted, and its answer was too large to keep across the restart; it is not run again", rec.SandboxID)
 		}
+		account := m.boxes[rec.SandboxID].Account
 		ring := m.execKeys[rec.SandboxID]
 		if ring == nil {
-			ring = &execKeyring{byKey: map[string]*execEntry{}}
+			ring = &execKeyring{account: account, byKey: map[string]*execEntry{}}
 			m.execKeys[rec.SandboxID] = ring
 		}
+		m.keepLoadedExecAnswerLocked(account, rec.SandboxID, rec.Key, e, rec.CreatedAt)
 		for _, old := range ring.add(rec.Key, e) {
-			m.deleteExecKeyLocked(rec.SandboxID, old)
+			m.dropExecKeyLocked(account, rec.SandboxID, old)
 		}
+	}
+	for account := range m.execUse {
+		m.trimExecAnswersLocked(account) // the budget may be lower than when they were kept
 	}
 }
 
@@ -261,7 +278,7 @@ func (m *Manager) loadExecKeysLocked(recs []*store.ExecKey) {
 func (m *Manager) forgetExecKeysLocked(id string) {
 	if ring := m.execKeys[id]; ring != nil {
 		for _, key := range ring.order {
-			m.deleteExecKeyLocked(id, key)
+			m.dropExecKeyLocked(ring.account, id, key)
 		}
 	}
 	delete(m.execKeys, id)

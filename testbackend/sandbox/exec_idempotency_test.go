@@ -259,6 +259,10 @@ func TestExecKeysBounded(t *testing.T) {
 	if _, replayed, _ := m.CommandWithKey(ctx, "acct", id, "k0", "true", nil); replayed || rt.started() != before+1 {
 		t.Fatal("the oldest key was kept past the bound")
 	}
+	// The keys the count forgot left the account's kept answers too.
+	if n, _ := keptAnswers(t, m, "acct"); n != MaxExecKeysPerSandbox {
+		t.Fatalf("%d answers kept, want %d", n, MaxExecKeysPerSandbox)
+	}
 }
 
 // Files go through the scripted Exec as well.

@@ -64,6 +64,13 @@ type Config struct {
 	MaxRetainedBytesPerAccount    int64
 	MaxIdempotencyKeysPerAccount  int
 	MaxIdempotencyBytesPerAccount int64
+	// MaxRunningExecKeysPerAccount caps each account's commands with an
+	// Idempotency-Key running at once (they run on after their requests
+	// are gone), MaxExecAnswerBytesPerAccount the answers its finished
+	// ones keep in memory. Defaults DefaultMaxRunningExecKeysPerAccount
+	// and DefaultMaxExecAnswerBytesPerAccount (exec_caps.go).
+	MaxRunningExecKeysPerAccount int
+	MaxExecAnswerBytesPerAccount int64
 	// PullTimeout bounds how long a create waits for its image's pull;
 	// default container.DefaultPullTimeout (the runtime's own bound of
 	// one pull, which the backend sets to the same value).
@@ -170,6 +177,7 @@ type Manager struct {
 	busy     map[string]int                // operations under way (lifetime.go): the idle clock waits for them
 	idem     map[string]*idemEntry
 	execKeys map[string]*execKeyring // by sandbox id (exec_idempotency.go)
+	execUse  map[string]*execAccount // by account: its keyed commands' running ones and answers (exec_caps.go)
 	pools    map[string]*warmPool
 	refills  map[string]*deferredRefill // by the claiming sandbox's id (pool.go)
 	// changed holds, per sandbox, a channel closed at its next status change.
@@ -228,6 +236,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxIdempotencyBytesPerAccount <= 0 {
 		cfg.MaxIdempotencyBytesPerAccount = DefaultMaxIdempotencyBytesPerAccount
+	}
+	if cfg.MaxRunningExecKeysPerAccount <= 0 {
+		cfg.MaxRunningExecKeysPerAccount = DefaultMaxRunningExecKeysPerAccount
+	}
+	if cfg.MaxExecAnswerBytesPerAccount <= 0 {
+		cfg.MaxExecAnswerBytesPerAccount = DefaultMaxExecAnswerBytesPerAccount
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = container.DefaultPullTimeout
