@@ -42,7 +42,7 @@ func (m *Manager) Create(ctx context.Context, account, idemKey string, req Creat
 // checked is the capacity taken, except while a start at once runs, when
 // admission's hold keeps the sandbox's vCPUs.
 func (m *Manager) create(ctx context.Context, account string, tpl Template, req CreateRequest, idem *store.Idempotency) (CreateResult, error) {
-	image, err := m.admitImage(ctx, tpl, req)
+	image, err := m.admitImageFor(ctx, account, tpl, req)
 	if err != nil {
 		return CreateResult{}, err
 	}

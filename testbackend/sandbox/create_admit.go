@@ -16,12 +16,6 @@ import (
 // All of it comes before anything of the sandbox is made: a refusal
 // leaves no record and no container.
 
-// admitImage is admitImageFor without the account: create.go calls it
-// until it passes the account it has.
-func (m *Manager) admitImage(ctx context.Context, tpl Template, req CreateRequest) (string, error) {
-	return m.admitImageFor(ctx, "", tpl, req)
-}
-
 // admitImageFor is the image a sandbox of tpl runs for account's req,
 // once it is on the engine and the runtime will run it (ensureImage). An
 // account admitLocked would refuse now (its vCPU limit, its share of the
