@@ -153,10 +153,3 @@ func (d *Runtime) endLine(cid string, s *agentSession) {
 		_ = s.writeFailed(s.w, n, err)
 	}
 }
-
-// forgetBrokenLine is the name removed() (docker_containers.go) calls
-// forgetAgent by: it forgets the half line of a container that is gone,
-// with the rest of what the agent's code kept of it.
-func (d *Runtime) forgetBrokenLine(id string) {
-	d.forgetAgent(id)
-}

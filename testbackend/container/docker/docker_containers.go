@@ -248,12 +248,12 @@ func (d *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // removed forgets what the runtime kept of a container that is gone: its
-// network wiring, its CPU weight file, its agent channel and any half
-// request line on its attach stream.
+// network wiring, its CPU weight file, its agent channel and what the
+// agent's code kept of it (forgetAgent).
 func (d *Runtime) removed(id string) {
 	d.releaseNet(id)
 	d.dropChannel(id)
-	d.forgetBrokenLine(id)
+	d.forgetAgent(id)
 	d.forgetCPUWeight(id)
 	d.removeLeftCgroups(id)
 }
