@@ -219,9 +219,9 @@ func (m *Manager) recordExecEnd(rec *store.ExecKey, e *execEntry, out ExecOutput
 	var apiErr *Error
 	switch {
 	case runErr == nil && len(out.Stdout)+len(out.Stderr) <= MaxKeptExecAnswer:
-		done.Output, _ = json.Marshal(out)
+		done.Output, _ = encodeKept(out)
 	case runErr != nil && errors.As(runErr, &apiErr):
-		done.Error, _ = json.Marshal(apiErr)
+		done.Error, _ = encodeKept(apiErr)
 	}
 	m.mu.Lock()
 	if r := m.execKeys[rec.SandboxID]; r == nil || r.byKey[rec.Key] != e {

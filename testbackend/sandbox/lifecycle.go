@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -54,7 +53,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			mapKey := sb.Account + "\x00" + sb.IdempotencyKey
 			if m.idem[mapKey] == nil {
 				e := &idemEntry{rec: store.Idempotency{Account: sb.Account, Key: sb.IdempotencyKey, RequestHash: sb.RequestHash, SandboxID: sb.ID, Status: 201, CreatedAt: sb.CreatedAt}, done: true}
-				e.rec.Body, _ = json.Marshal(view(sb))
+				e.rec.Body, _ = encodeKept(view(sb))
 				m.idem[mapKey] = e
 				m.scheduleIdemExpiryLocked(mapKey, e)
 				m.accountLocked(sb.Account).keys.add(mapKey, e.rec.CreatedAt, m.nextSeqLocked())

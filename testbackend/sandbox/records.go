@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"sync"
 
@@ -101,20 +99,10 @@ func (r *recordWriter) run(key string, sl *recordSlot) {
 	}
 }
 
-// encodeKept encodes what is kept (records, stored answers) as JSON
-// without the HTML escapes of json.Marshal, which turn each '<', '>' and
-// '&' into six bytes: a create body full of them would be kept six times
-// its size. Readers decode either form alike, and the API encodes its
-// answers the same way (api.go, write), so a replay sends the same bytes.
-func encodeKept(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+// encodeKept encodes what is kept (records, stored answers) as the store
+// does (store.Encode, without HTML escapes). The API encodes its answers
+// the same way (api.go, write), so a replay sends the same bytes.
+func encodeKept(v any) ([]byte, error) { return store.Encode(v) }
 
 // putSandboxLocked snapshots the record and hands it to the writer.
 func (m *Manager) putSandboxLocked(sb *store.Sandbox) *recordWrite {

@@ -242,7 +242,7 @@ func (s *Store) PutSandbox(sb *Sandbox) error {
 	if !safeName(sb.ID) {
 		return fmt.Errorf("store: bad sandbox id %q", sb.ID)
 	}
-	data, err := json.Marshal(sb)
+	data, err := Encode(sb)
 	if err != nil {
 		return fmt.Errorf("store: encode sandbox %s: %w", sb.ID, err)
 	}
@@ -331,7 +331,7 @@ func SandboxesIn(dir string) ([]*Sandbox, error) {
 
 // PutIdempotency writes the key's record atomically.
 func (s *Store) PutIdempotency(rec *Idempotency) error {
-	data, err := json.Marshal(rec)
+	data, err := Encode(rec)
 	if err != nil {
 		return fmt.Errorf("store: encode idempotency key: %w", err)
 	}
@@ -358,7 +358,7 @@ func (s *Store) idempotencyPath(account, key string) string {
 
 // PutExecKey writes the exec key's record atomically.
 func (s *Store) PutExecKey(rec *ExecKey) error {
-	data, err := json.Marshal(rec)
+	data, err := Encode(rec)
 	if err != nil {
 		return fmt.Errorf("store: encode exec key: %w", err)
 	}
