@@ -67,22 +67,31 @@ type Config struct {
 	// other must resolve to public addresses only. PullTimeout bounds a
 	// pull (default container.DefaultPullTimeout); MaxImageBytes an image
 	// unpacked and MaxDownloadBytes its declared compressed size;
-	// ImageBudgetBytes what pulled images may take before unused ones go.
+	// ImageBudgetBytes what pulled images may take before unused ones go;
+	// MaxPulls the pulls downloading at once.
 	// Zero values take the defaults (container.DefaultPullTimeout, docker.Default*).
 	AllowRegistries  []string
 	PullTimeout      time.Duration
 	MaxImageBytes    int64
 	MaxDownloadBytes int64
 	ImageBudgetBytes int64
+	MaxPulls         int
 	Network          string        // Docker network for sandboxes; default the one make setup made, "none" for no network
 	Retention        time.Duration // how long exited run-mode records stay readable; default 24h
 	// MaxRetainedPerAccount caps each account's ended sandboxes kept for
 	// Retention (past it the oldest, by end, are forgotten early);
 	// MaxIdempotencyKeysPerAccount its idempotency keys (the oldest
-	// forgotten first). 0 for sandbox.DefaultMaxRetainedPerAccount and
-	// sandbox.DefaultMaxIdempotencyKeysPerAccount.
-	MaxRetainedPerAccount        int
-	MaxIdempotencyKeysPerAccount int
+	// forgotten first). The Bytes caps bound what each keeps, the same
+	// way. MaxRunningExecKeysPerAccount caps its commands with an
+	// Idempotency-Key running at once, MaxExecAnswerBytesPerAccount the
+	// answers its finished ones keep. 0 for the sandbox package's
+	// defaults (sandbox.DefaultMax*).
+	MaxRetainedPerAccount         int
+	MaxRetainedBytesPerAccount    int64
+	MaxIdempotencyKeysPerAccount  int
+	MaxIdempotencyBytesPerAccount int64
+	MaxRunningExecKeysPerAccount  int
+	MaxExecAnswerBytesPerAccount  int64
 	// HomeBytes and TmpBytes override the templates' writable area sizes.
 	HomeBytes int64
 	TmpBytes  int64
@@ -300,6 +309,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			MaxImageBytes:    cfg.MaxImageBytes,
 			MaxDownloadBytes: cfg.MaxDownloadBytes,
 			ImageBudgetBytes: cfg.ImageBudgetBytes,
+			MaxPulls:         cfg.MaxPulls,
 			Instance:         instance.ID(dataDir),
 			Agent:            cfg.Agent,
 			EngineAttachOnly: cfg.AgentAttachOnly,
@@ -346,8 +356,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		PoolSize:       poolSize,
 		Logger:         cfg.Logger,
 
-		MaxRetainedPerAccount:        cfg.MaxRetainedPerAccount,
-		MaxIdempotencyKeysPerAccount: cfg.MaxIdempotencyKeysPerAccount,
+		MaxRetainedPerAccount:         cfg.MaxRetainedPerAccount,
+		MaxRetainedBytesPerAccount:    cfg.MaxRetainedBytesPerAccount,
+		MaxIdempotencyKeysPerAccount:  cfg.MaxIdempotencyKeysPerAccount,
+		MaxIdempotencyBytesPerAccount: cfg.MaxIdempotencyBytesPerAccount,
+		MaxRunningExecKeysPerAccount:  cfg.MaxRunningExecKeysPerAccount,
+		MaxExecAnswerBytesPerAccount:  cfg.MaxExecAnswerBytesPerAccount,
 
 		VCPULimit:         cfg.VCPULimit,
 		AccountVCPULimits: limits,
