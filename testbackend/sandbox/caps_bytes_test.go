@@ -54,8 +54,9 @@ func keptKeyBytes(t *testing.T, m *Manager, account string) (n int, bytes int64)
 	return n, bytes
 }
 
-// retainedBytes adds up the account's ended records, from the records.
-func retainedBytes(t *testing.T, m *Manager, account string) (n int, bytes int64) {
+// retainedBytes adds up the ended records of account "acct", from the records.
+func retainedBytes(t *testing.T, m *Manager) (n int, bytes int64) {
+	const account = "acct"
 	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -183,14 +184,14 @@ func TestRetainedBytesCapForgetsTheOldestFirst(t *testing.T) {
 		}
 		ids[i] = res.Sandbox.ID
 		if i == 0 {
-			_, one = retainedBytes(t, m, "acct")
+			_, one = retainedBytes(t, m)
 		}
-		if _, b := retainedBytes(t, m, "acct"); b > budget {
+		if _, b := retainedBytes(t, m); b > budget {
 			t.Fatalf("after job %d acct's ended records hold %d bytes, over the budget of %d", i, b, budget)
 		}
 		mustCheckIndex(t, m, "after a large job")
 	}
-	n, b := retainedBytes(t, m, "acct")
+	n, b := retainedBytes(t, m)
 	if b+one+16 <= budget { // the trim stops as soon as the rest fits
 		t.Fatalf("acct keeps %d ended sandboxes of %d bytes, want as many of the newest as fit in %d", n, b, budget)
 	}
@@ -215,7 +216,7 @@ func TestRetainedBytesCapForgetsTheOldestFirst(t *testing.T) {
 
 	m2, _ := newBytesManager(t, dir, budget/2, 0)
 	mustCheckIndex(t, m2, "after a restart")
-	if n2, b2 := retainedBytes(t, m2, "acct"); b2 > budget/2 || n2 == 0 {
+	if n2, b2 := retainedBytes(t, m2); b2 > budget/2 || n2 == 0 {
 		t.Fatalf("after a restart with half the budget acct keeps %d ended sandboxes of %d bytes, want some within %d", n2, b2, budget/2)
 	}
 }

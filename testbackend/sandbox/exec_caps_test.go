@@ -162,7 +162,8 @@ func TestExecKeysRunningBoundedPerAccount(t *testing.T) {
 
 // keptAnswers adds up the answers the account's finished keys keep, from
 // the keys themselves, and checks the account's running total against it.
-func keptAnswers(t *testing.T, m *Manager, account string) (n int, bytes int64) {
+func keptAnswers(t *testing.T, m *Manager) (n int, bytes int64) {
+	const account = "acct"
 	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -210,7 +211,7 @@ func TestExecAnswersBytesBounded(t *testing.T) {
 		if _, replayed, err := m.CommandWithKey(ctx, "acct", boxes[i%2], fmt.Sprintf("k%d", i), "echo", nil); err != nil || replayed {
 			t.Fatalf("k%d: replayed=%v err=%v", i, replayed, err)
 		}
-		_, b := keptAnswers(t, m, "acct")
+		_, b := keptAnswers(t, m)
 		if i == 0 {
 			one = b
 		}
@@ -218,7 +219,7 @@ func TestExecAnswersBytesBounded(t *testing.T) {
 			t.Fatalf("after k%d acct's kept answers hold %d bytes, over the budget of %d", i, b, budget)
 		}
 	}
-	n, b := keptAnswers(t, m, "acct")
+	n, b := keptAnswers(t, m)
 	if b+one+16 <= budget { // the trim stops as soon as the rest fits
 		t.Fatalf("acct keeps %d answers of %d bytes, want as many of the newest as fit in %d", n, b, budget)
 	}
@@ -233,7 +234,7 @@ func TestExecAnswersBytesBounded(t *testing.T) {
 	if _, replayed, err := m.CommandWithKey(ctx, "acct", boxes[0], "k0", "echo", nil); err != nil || replayed || rt.started() != before+1 {
 		t.Fatalf("the oldest key: replayed=%v err=%v, want it forgotten and run again", replayed, err)
 	}
-	n, _ = keptAnswers(t, m, "acct")
+	n, _ = keptAnswers(t, m)
 	m.Close()
 	recs, err := m.st.ExecKeys()
 	if err != nil {
@@ -244,7 +245,7 @@ func TestExecAnswersBytesBounded(t *testing.T) {
 	}
 
 	m2 := newManagerWith(t, Config{Mode: ModeReal, Runtime: rt, MaxExecAnswerBytesPerAccount: budget / 2}, dir)
-	if n2, b2 := keptAnswers(t, m2, "acct"); b2 > budget/2 || n2 == 0 {
+	if n2, b2 := keptAnswers(t, m2); b2 > budget/2 || n2 == 0 {
 		t.Fatalf("after a restart with half the budget acct keeps %d answers of %d bytes, want some within %d", n2, b2, budget/2)
 	}
 }

@@ -260,7 +260,7 @@ func TestExecKeysBounded(t *testing.T) {
 		t.Fatal("the oldest key was kept past the bound")
 	}
 	// The keys the count forgot left the account's kept answers too.
-	if n, _ := keptAnswers(t, m, "acct"); n != MaxExecKeysPerSandbox {
+	if n, _ := keptAnswers(t, m); n != MaxExecKeysPerSandbox {
 		t.Fatalf("%d answers kept, want %d", n, MaxExecKeysPerSandbox)
 	}
 }

@@ -44,11 +44,11 @@ type pullGate struct {
 	byAccount map[string]*pullFlight // the flight each account started, until it ends
 }
 
-func newPullGate(max int) *pullGate {
-	if max <= 0 {
-		max = DefaultMaxPulls
+func newPullGate(slots int) *pullGate {
+	if slots <= 0 {
+		slots = DefaultMaxPulls
 	}
-	return &pullGate{max: max, byAccount: map[string]*pullFlight{}}
+	return &pullGate{max: slots, byAccount: map[string]*pullFlight{}}
 }
 
 // pullFlight is one pull of a reference that every concurrent EnsureImage
