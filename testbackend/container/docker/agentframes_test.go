@@ -246,12 +246,7 @@ func TestHostileFrameLeavesNoDemultiplexer(t *testing.T) {
 // removed by its full id or a prefix of it: a backend that kills hostile
 // sandboxes for weeks does not keep a record of each.
 func TestKilledContainerForgotten(t *testing.T) {
-	e := newBreakingEngine(t) // answers the kill as not faked: the record is what is tested
-	d, err := New(Options{Host: "tcp://" + e.srv.Listener.Addr().String(), Network: NetworkNone, Instance: "fake", Agent: AgentNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := fakeDocker(t, newFakeEngine(t)) // answers the kill as not faked: the record is what is tested
 	for _, by := range []int{64, 12} {
 		id := strings.Repeat(fmt.Sprintf("%x", by), 64)[:64]
 		d.hostileAgent(id, errHostileAgent)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -272,21 +271,7 @@ func TestWriteTurnGivesUpWithItsCaller(t *testing.T) {
 		}
 		close(took) // the first line's writer holds the turn, blocked
 		<-release
-		br := bufio.NewReader(io.MultiReader(bytes.NewReader(first), agentSide))
-		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var req agent.Request
-			if json.Unmarshal(line, &req) != nil {
-				return
-			}
-			zero := 0
-			if agent.WriteFrame(agentSide, agent.Response{ID: req.ID, ExitCode: &zero, Stdout: []byte(req.Argv[0])}) != nil {
-				return
-			}
-		}
+		fakeAgent(agentSide, agentSide, bufio.NewReader(io.MultiReader(bytes.NewReader(first), agentSide)), "", nil)
 	}()
 	type outcome struct {
 		res agent.Response
@@ -336,7 +321,7 @@ func TestWriteTurnGivesUpWithItsCaller(t *testing.T) {
 		what string
 		ch   <-chan outcome
 	}{{"first", first}, {"third", third}} {
-		if o := wait(c.ch, c.what); o.err != nil || string(o.res.Stdout) != c.what {
+		if o := wait(c.ch, c.what); o.err != nil || string(o.res.Stdout) != `["`+c.what+`"]` {
 			t.Fatalf("%s: %+v %v", c.what, o.res, o.err)
 		}
 	}

@@ -21,11 +21,14 @@ import (
 )
 
 // fakeEngine answers the few engine calls an exec through the agent makes
-// (ping, inspect, attach), with an agent behind every attach that answers
-// each request with exit code 0 and the argv on stdout. An attach to a
-// container in stuck is held, unanswered, until release is closed.
+// (ping, inspect: every container runs; attach), with an agent behind
+// every attach and every channel it connects (fakeAgent unless the test
+// gives its own). An attach to a container in stuck is held, unanswered,
+// until release is closed.
 type fakeEngine struct {
 	addr    string
+	srv     *httptest.Server
+	agent   fakeAgentFunc
 	stuck   map[string]bool
 	release chan struct{}
 	once    sync.Once
@@ -39,13 +42,25 @@ type fakeEngine struct {
 
 var fakePath = regexp.MustCompile(`^(?:/v[0-9.]+)?/containers/([^/]+)/(json|attach)$`)
 
+// fakeAgentFunc serves agent requests read from r, answering on out;
+// conn is the stream they come on, tag marks what the stream answers, and
+// ping gives a ping's Channel.
+type fakeAgentFunc func(conn net.Conn, out io.Writer, r *bufio.Reader, tag string, ping func() string)
+
 func newFakeEngine(t *testing.T, stuck ...string) *fakeEngine {
 	t.Helper()
-	e := &fakeEngine{stuck: map[string]bool{}, release: make(chan struct{}), attaches: map[string]int{}, entered: map[string]chan struct{}{}, dial: map[string]string{}}
+	return newAgentEngine(t, fakeAgent, stuck...)
+}
+
+// newAgentEngine is a fakeEngine whose agents are agent.
+func newAgentEngine(t *testing.T, agent fakeAgentFunc, stuck ...string) *fakeEngine {
+	t.Helper()
+	e := &fakeEngine{agent: agent, stuck: map[string]bool{}, release: make(chan struct{}), attaches: map[string]int{}, entered: map[string]chan struct{}{}, dial: map[string]string{}}
 	for _, id := range stuck {
 		e.stuck[id] = true
 	}
 	srv := httptest.NewServer(http.HandlerFunc(e.serve))
+	e.srv = srv
 	t.Cleanup(func() {
 		e.unstick()
 		srv.CloseClientConnections()
@@ -119,7 +134,7 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = rw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
 	_ = rw.Flush()
-	fakeAgent(stdcopy.NewStdWriter(conn, stdcopy.Stdout), rw.Reader, "", func() string { return e.connect(id) })
+	e.agent(conn, stdcopy.NewStdWriter(conn, stdcopy.Stdout), rw.Reader, "", func() string { return e.connect(id) })
 }
 
 // connect is what the container's agent does on a ping: it dials the
@@ -140,14 +155,14 @@ func (e *fakeEngine) connect(id string) string {
 	e.mu.Lock()
 	e.conns = append(e.conns, conn)
 	e.mu.Unlock()
-	go fakeAgent(conn, bufio.NewReader(conn), "channel:", func() string { return agent.ChannelConnected })
+	go e.agent(conn, conn, bufio.NewReader(conn), "channel:", func() string { return agent.ChannelConnected })
 	return agent.ChannelConnected
 }
 
 // fakeAgent answers agent requests read from r on out: a ping with the
 // protocol and ping's channel, anything else with exit code 0 and tag and
 // its argv on stdout.
-func fakeAgent(out io.Writer, r *bufio.Reader, tag string, ping func() string) {
+func fakeAgent(_ net.Conn, out io.Writer, r *bufio.Reader, tag string, ping func() string) {
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
