@@ -52,12 +52,6 @@ func (w *recordWrite) wait() error {
 	return w.err
 }
 
-func failedWrite(err error) *recordWrite {
-	w := &recordWrite{done: make(chan struct{}), err: err}
-	close(w.done)
-	return w
-}
-
 func newRecordWriter(st *store.Store, log *slog.Logger) *recordWriter {
 	return &recordWriter{st: st, log: log, slots: map[string]*recordSlot{}}
 }
