@@ -30,6 +30,11 @@ import (
 // budget plus one largest image of images the collector may not remove
 // for their hold, however fast one account pulls distinct images. A hold
 // ends at once when a container is created from the image (startedFrom).
+// And one account may not fill it for the others: an account whose held
+// images (those its pulls brought) take half the budget starts no new
+// pull until one of its holds ends (a create that pulls and is deleted
+// before its start keeps its image held), so the other half is always
+// there for the other accounts' pulls.
 
 // templateRepoPrefix names the template images, which are never removed.
 const templateRepoPrefix = "rarecloud/sandbox-"
@@ -45,6 +50,7 @@ type pulled struct {
 	size      int64
 	lastUsed  time.Time
 	heldUntil time.Time
+	account   string // whose pull brought it, or ""
 }
 
 // touchImage marks ref used now, and held for a start.
@@ -81,8 +87,11 @@ const storeFullRetry = 30 * time.Second
 // storeRoomLocked refuses a pull of ref while the images held now plus one
 // largest image for each pull under way do not fit in the budget. The
 // refusal says when enough holds end to make room.
-func (d *Runtime) storeRoomLocked(ref string) error {
+func (d *Runtime) storeRoomLocked(ref, account string) error {
 	now := time.Now()
+	if err := d.accountRoomLocked(ref, account, now); err != nil {
+		return err
+	}
 	holds := map[string]time.Time{} // by image id: two references of one image count once
 	sizes := map[string]int64{}
 	var held int64
@@ -120,6 +129,33 @@ func (d *Runtime) storeRoomLocked(ref string) error {
 	return &container.PullLaterError{Image: ref, RetryAfter: time.Duration(secs) * time.Second, Msg: fmt.Sprintf(
 		"retry image %q in %d s: the backend's image store is full of images pulled or asked for in the last %d minutes that no sandbox has started from yet (%d MiB held, %d pulls under way, budget %d MiB); images already on the backend can still be used",
 		ref, secs, int(d.imageHold/time.Minute), held>>20, d.gate.active, d.imageBudget>>20)}
+}
+
+// accountRoomLocked refuses a new pull of account's while the images its
+// pulls brought, still held, take half the image budget: the account's
+// own doing, so 429 with Retry-After until its earliest hold ends.
+func (d *Runtime) accountRoomLocked(ref, account string, now time.Time) error {
+	if account == "" {
+		return nil
+	}
+	var held int64
+	var first time.Time
+	for _, p := range d.pulled {
+		if p.account != account || !now.Before(p.heldUntil) {
+			continue
+		}
+		held += p.size
+		if first.IsZero() || p.heldUntil.Before(first) {
+			first = p.heldUntil
+		}
+	}
+	if held < d.imageBudget/2 {
+		return nil
+	}
+	secs := max(int((first.Sub(now)+time.Second-1)/time.Second), 1)
+	return &container.PullLaterError{Image: ref, PerAccount: true, RetryAfter: time.Duration(secs) * time.Second, Msg: fmt.Sprintf(
+		"retry image %q in %d s: images this account pulled in the last %d minutes that no sandbox has started from yet take half of the backend's image store (%d MiB of %d MiB); start sandboxes from them, or wait for their hold to end",
+		ref, secs, int(d.imageHold/time.Minute), held>>20, d.imageBudget>>20)}
 }
 
 // removeRefs untags refs; the engine deletes the image with its last tag.

@@ -125,7 +125,7 @@ func (d *Runtime) admitPullLocked(ref, account string) error {
 			"retry image %q in %d s: account %s is already pulling another image, and each account pulls one image at a time (images already on the backend, or already being pulled, are not limited)",
 			ref, int(accountPullRetry/time.Second), account)}
 	}
-	return d.storeRoomLocked(ref)
+	return d.storeRoomLocked(ref, account)
 }
 
 // dispatchPullsLocked gives free slots to the oldest flights in line,
@@ -135,7 +135,7 @@ func (d *Runtime) dispatchPullsLocked() {
 		f := d.gate.line[0]
 		d.gate.line[0] = nil
 		d.gate.line = d.gate.line[1:]
-		if err := d.storeRoomLocked(f.ref); err != nil {
+		if err := d.storeRoomLocked(f.ref, f.account); err != nil {
 			d.endFlightLocked(f, err)
 			continue
 		}
@@ -150,6 +150,9 @@ func (d *Runtime) fly(f *pullFlight) {
 	err := d.pullImage(f.ref)
 	d.imgMu.Lock()
 	d.gate.active--
+	if p := d.pulled[f.ref]; p != nil && err == nil {
+		p.account = f.account // its hold counts against the account's half of the store
+	}
 	d.endFlightLocked(f, err)
 	d.dispatchPullsLocked()
 	d.imgMu.Unlock()

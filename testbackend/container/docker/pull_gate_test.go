@@ -366,3 +366,48 @@ func TestPullOneAtATimePerAccount(t *testing.T) {
 		t.Fatalf("the second image once the first pull ended: %v", err)
 	}
 }
+
+// One account does not fill the image store for the others: once the
+// images its pulls brought and no sandbox started from take half the
+// budget, its next pull is refused at once (429: its own doing, with
+// Retry-After until its first hold ends), nothing downloaded, while
+// another account's pull goes on; the account pulls again once a
+// container uses one of its images.
+func TestPullRefusedPastTheAccountsHalfOfTheStore(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	g := startBlobGate(t, reg)
+	g.letAll()
+	a1 := pushVia(t, reg, g, "team/half-a1", 1<<20)
+	a2 := pushVia(t, reg, g, "team/half-a2", 1<<20)
+	a3 := pushVia(t, reg, g, "team/half-a3", 1<<20)
+	b1 := pushVia(t, reg, g, "team/half-b1", 1<<20)
+	// 3.5 MiB: the store holds A's two images and B's; its half (1.75 MiB) is less than A's two.
+	d := pullRuntime(t, reg, Options{AllowRegistries: []string{g.Host}, ImageBudgetBytes: 7 << 19, MaxImageBytes: 8 << 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	acctA := container.WithPullAccount(ctx, "acct-a")
+	acctB := container.WithPullAccount(ctx, "acct-b")
+	for _, ref := range []string{a1, a2} {
+		if err := d.EnsureImage(acctA, ref); err != nil {
+			t.Fatalf("ensure %s: %v", ref, err)
+		}
+	}
+	err := d.EnsureImage(acctA, a3)
+	var later *container.PullLaterError
+	if !errors.As(err, &later) || !later.PerAccount || later.RetryAfter <= 0 || later.RetryAfter > imageHold+time.Second || !strings.Contains(err.Error(), a3) || !strings.Contains(err.Error(), "half of the backend's image store") {
+		t.Fatalf("the account's pull past its half of the store: %v, want the per-account refusal naming the image", err)
+	}
+	if n := g.requests("team/half-a3"); n != 0 || present(t, d, a3) {
+		t.Fatalf("the refused pull reached the registry (%d requests) or the engine", n)
+	}
+	// Another account's pull is not refused for it (the control: the
+	// store as a whole has room).
+	if err := d.EnsureImage(acctB, b1); err != nil || !present(t, d, b1) {
+		t.Fatalf("another account's pull beside it: %v", err)
+	}
+	// A container uses one of A's images now: A pulls again.
+	d.startedFrom(a1)
+	if err := d.EnsureImage(acctA, a3); err != nil || !present(t, d, a3) {
+		t.Fatalf("the account's pull once one of its holds ended: %v", err)
+	}
+}
